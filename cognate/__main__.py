@@ -1,0 +1,3 @@
+from cognate.cli import run
+
+run()
