@@ -6,8 +6,10 @@ import hashlib
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import yaml
 
 from cognate.config import Config
@@ -25,6 +27,25 @@ def load_space_yaml(name: str) -> tuple[dict[str, Any], str]:
     if not isinstance(data, dict):
         raise CognateError(f"{path}: a space file must be a YAML mapping")
     return data, hashlib.sha256(raw).hexdigest()[:12]
+
+
+LOOP_VARS: tuple[str, ...] = ("i1", "i0", "k1", "k0", "j1", "j0")
+
+
+@dataclass(frozen=True)
+class LoopNest:
+    """A config seen in the CPU loop vocabulary (the homogeneous part of the encoding).
+
+    Strip sizes are the inner extents of the split loops (``i_split`` rows per i1
+    iteration, ...); ``order`` is a permutation of LOOP_VARS, outermost first. For
+    SDDMM the same names are used: i rows, j columns of A (dense output columns), k the
+    reduction dimension.
+    """
+
+    i_split: int
+    k_split: int
+    j_split: int
+    order: tuple[str, ...]
 
 
 class Space(ABC):
@@ -54,6 +75,14 @@ class Space(ABC):
     def candidates(self, n: int, seed: int, shape: tuple[int, int]) -> list[Config]:
         """The set a search scores; small spaces override this to enumerate everything."""
         return self.sample(n, seed, shape)
+
+    def loop_nest(self, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
+        """The config in the CPU loop vocabulary (identity on cpu; the mapper elsewhere)."""
+        raise NotImplementedError(f"{self.name} has no loop-nest view")
+
+    def knob_features(self, config: Config) -> np.ndarray:
+        """Raw numeric encoding (one-hot / ordinal) of the knobs loop_nest does not express."""
+        raise NotImplementedError(f"{self.name} has no knob features")
 
     def describe(self, config: Config) -> str:
         """The config in the target's own words, one line."""
