@@ -6,8 +6,9 @@ explicitly stored zeros kept. Readers for every file format live in cognate.io.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -22,7 +23,7 @@ class Matrix:
     source: str = ""  # file path or generator description
     field: str = "real"  # real | integer | complex | pattern
     symmetry: str = "general"  # general | symmetric | skew-symmetric | hermitian
-    _sha256: str | None = field(default=None, repr=False, compare=False)
+    _sha256: str | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def shape(self) -> tuple[int, int]:

@@ -78,6 +78,8 @@ def run(argv: list[str] | None = None) -> None:
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         if debug:
             raise
-        error_line(f"internal error: {type(exc).__name__}: {exc} (COGNATE_DEBUG=1 shows a traceback)")
+        error_line(
+            f"internal error: {type(exc).__name__}: {exc} (COGNATE_DEBUG=1 shows a traceback)"
+        )
         sys.exit(1)
     sys.exit(rc if isinstance(rc, int) else 0)
