@@ -25,6 +25,9 @@ class Target:
     make_space: Callable[[str], Space]  # op -> Space
     make_runner: Callable[..., Runner]  # keyword options -> Runner
     description: str = ""
+    # True when a measurement needs the whole machine (wall-clock timing on real cores);
+    # False for deterministic simulators, whose runs may share the machine freely.
+    exclusive: bool = True
 
     def space(self, op: str) -> Space:
         if op not in OPS:
