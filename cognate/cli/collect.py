@@ -1,0 +1,79 @@
+"""``cognate collect``: measure schedules of matrices on a target into the record store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from cognate.collect import DEFAULT_CONFIGS, DEFAULT_WIDTH, collect
+
+
+@click.command("collect")
+@click.option("--target", "target_name", required=True, metavar="NAME", help="cpu, spade or gpu.")
+@click.option("--op", required=True, metavar="OP", help="spmm or sddmm.")
+@click.option("--width", type=int, default=DEFAULT_WIDTH, show_default=True, help="Dense width N.")
+@click.option(
+    "--configs",
+    "n_configs",
+    type=int,
+    default=None,
+    help=f"Configs sampled per matrix (default {DEFAULT_CONFIGS}); with --all-configs, "
+    "the cap for spaces too large to enumerate.",
+)
+@click.option("--all-configs", is_flag=True, help="Every config of the space (spade, gpu).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
+@click.option("--db", "db_path", required=True, type=click.Path(dir_okay=False), help="Store file.")
+@click.option(
+    "--ray",
+    "ray_address",
+    default=None,
+    metavar="ADDRESS",
+    help="Run on Ray: 'auto', 'local' (start a local cluster) or a cluster address.",
+)
+@click.option("--jobs", type=int, default=None, help="Local processes (non-exclusive targets).")
+@click.option("--timeout", "timeout_s", type=float, default=None, help="Per-config limit, s.")
+@click.option("--repeats", type=int, default=None, help="Timed repeats per config.")
+@click.argument("matrices", nargs=-1, required=True, type=click.Path())
+@click.pass_context
+def collect_command(
+    ctx: click.Context,
+    target_name: str,
+    op: str,
+    width: int,
+    n_configs: int | None,
+    all_configs: bool,
+    seed: int,
+    db_path: str,
+    ray_address: str | None,
+    jobs: int | None,
+    timeout_s: float | None,
+    repeats: int | None,
+    matrices: tuple[str, ...],
+) -> None:
+    """Measure configs of each MATRIX (files or folders); resumable, Ctrl-C safe."""
+    # Only the options the user gave reach the runner: each target keeps its own defaults.
+    runner_options: dict[str, Any] = {}
+    if timeout_s is not None:
+        runner_options["timeout_s"] = timeout_s
+    if repeats is not None:
+        runner_options["repeats"] = repeats
+    summary = collect(
+        target_name,
+        op,
+        width,
+        matrices,
+        db_path=db_path,
+        n_configs=DEFAULT_CONFIGS if n_configs is None else n_configs,
+        all_configs=all_configs,
+        seed=seed,
+        ray_address=ray_address,
+        jobs=jobs,
+        runner_options=runner_options,
+    )
+    click.echo(f"cognate: {summary.line()}")
+    ctx.exit(summary.exit_code)
+
+
+def register(main: click.Group, data: click.Group) -> None:
+    main.add_command(collect_command)

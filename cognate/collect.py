@@ -1,0 +1,631 @@
+"""The collection driver behind ``cognate collect``: many matrices, one target, one store.
+
+It knows a target only through ``Target`` (its space, its runner, ``exclusive``), so a
+new target needs nothing here. Guarantees:
+
+- Resumable: configs the store already has for (matrix, target, op, width) are skipped.
+- A killed collector loses at most the batch in flight: runners are called on small
+  chunks of configs and every chunk is committed before the next one starts.
+- The baseline config is re-timed in every matrix batch that measures anything (the
+  store upserts it), so speedups are ratios within one batch on a noisy machine.
+- The driver alone writes the store, whichever way the measurements are made:
+  sequentially (exclusive targets: wall-clock timings must not share cores), in a local
+  process pool (non-exclusive targets such as a deterministic simulator), or as Ray
+  tasks, one per matrix, that return their measurements to the driver.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import multiprocessing
+import os
+import pickle
+import signal
+import socket
+import threading
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
+from concurrent.futures import wait as wait_futures
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from cognate import targets
+from cognate.config import Config
+from cognate.errors import CognateError
+from cognate.matrix import Matrix
+from cognate.runner import STATUSES, Measurement, Runner
+from cognate.space import Space
+
+DEFAULT_CONFIGS = 100
+DEFAULT_WIDTH = 64
+
+
+@dataclass
+class CollectSummary:
+    """What a collection did; ``line()`` is the one-line report the CLI prints."""
+
+    matrices: int = 0  # matrices whose planned work all reached the store
+    written: int = 0  # records written, the re-timed baselines included
+    skipped: int = 0  # configs the store already had
+    statuses: Counter[str] = field(default_factory=Counter)
+    failures: list[tuple[str, str]] = field(default_factory=list)  # (path, one-line reason)
+    interrupted: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        if self.interrupted:
+            return 130
+        return 1 if self.failures else 0
+
+    def line(self) -> str:
+        counts = ", ".join(f"{s} {self.statuses[s]}" for s in STATUSES if self.statuses[s])
+        text = (
+            f"collected {self.written} records ({counts or 'none new'}) over "
+            f"{self.matrices} matrices; {self.skipped} configs already stored"
+        )
+        if self.failures:
+            text += f"; {len(self.failures)} matrix file(s) failed: "
+            text += ", ".join(path for path, _ in self.failures)
+        if self.interrupted:
+            text += "; interrupted (what was measured is stored; rerun to resume)"
+        return text
+
+
+@dataclass
+class _Plan:
+    """One matrix's work: the configs still to measure, the baseline first."""
+
+    path: Path
+    matrix: Matrix
+    baseline: Config
+    todo: list[Config]
+    pending: int = 0  # chunks handed to workers and not yet written
+    submitted: bool = False  # every chunk handed out
+    failed: bool = False
+
+
+def matrix_seed(seed: int, matrix: Matrix) -> int:
+    """The sampling seed of one matrix: each matrix gets its own configs (as in WACO's
+    data), the same ones on every run, so a rerun resumes the same set."""
+    digest = hashlib.sha256(f"{seed}:{matrix.sha256}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def choose_configs(
+    space: Space, matrix: Matrix, n_configs: int, all_configs: bool, seed: int
+) -> tuple[Config, list[Config]]:
+    """(baseline, configs to have measured): the baseline first, no duplicates."""
+    shape = matrix.shape
+    per_matrix = matrix_seed(seed, matrix)
+    if all_configs:
+        configs = space.candidates(n_configs, per_matrix, shape)
+    else:
+        configs = space.sample(n_configs, per_matrix, shape)
+    baseline = space.baseline(shape)
+    unique = {baseline.hash: baseline}
+    for config in configs:
+        unique.setdefault(config.hash, config)
+    return baseline, list(unique.values())
+
+
+def check_batch(configs: Sequence[Config], measurements: Sequence[Measurement]) -> None:
+    """A runner must answer every config asked, in order, with a known status."""
+    asked = [c.hash for c in configs]
+    got = [m.config.hash for m in measurements]
+    if asked != got:
+        raise CognateError(
+            f"runner answered {len(got)} measurement(s) for {len(asked)} config(s) asked, "
+            "or in another order"
+        )
+    for m in measurements:
+        if m.status not in STATUSES:
+            raise CognateError(f"runner returned unknown status {m.status!r}")
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _describe(exc: BaseException) -> str:
+    return _one_line(f"{type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def _sigint_deferred() -> Iterator[None]:
+    """Hold Ctrl-C while a batch is committed; raise it right after the commit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def _chunks(items: Sequence[Config], size: int) -> Iterator[list[Config]]:
+    for start in range(0, len(items), size):
+        yield list(items[start : start + size])
+
+
+class _Collection:
+    """The driver's state: the store, the progress bars and the summary."""
+
+    def __init__(
+        self,
+        store: Any,
+        target: targets.Target,
+        space: Space,
+        op: str,
+        width: int,
+        progress: Progress,
+        choose: dict[str, Any],
+    ) -> None:
+        self.store = store
+        self.target = target
+        self.space = space
+        self.op = op
+        self.width = width
+        self.progress = progress
+        self.choose = choose
+        self.summary = CollectSummary()
+        self.matrix_bar = progress.add_task("matrices", total=None)
+        self.config_bar = progress.add_task("configs", total=0)
+        self.config_total = 0
+        # Hosts whose records count as done (None: this one). Ray: every node of the
+        # cluster, since a matrix may land on any node when the collection resumes.
+        self.hosts: list[str | None] = [None]
+
+    def plans(self, paths: Sequence[Path]) -> Iterator[_Plan]:
+        """Load and plan matrix by matrix; yield those with something to measure."""
+        self.progress.update(self.matrix_bar, total=len(paths))
+        for path in paths:
+            try:
+                plan = self._plan(path)
+            except CognateError as exc:
+                self.fail(path, str(exc))
+                continue
+            if not plan.todo:
+                self.finish(plan)
+                continue
+            self.config_total += len(plan.todo)
+            self.progress.update(self.config_bar, total=self.config_total)
+            yield plan
+
+    def _plan(self, path: Path) -> _Plan:
+        from cognate.io import load_matrix  # engineer A's reader; imported where needed
+
+        matrix = load_matrix(path)
+        baseline, configs = choose_configs(self.space, matrix, **self.choose)
+        done: set[str] = set()
+        for host in self.hosts:
+            done |= self.store.measured_hashes(
+                matrix, self.target.name, self.op, self.width, host=host
+            )
+        todo = [c for c in configs if c.hash not in done and c.hash != baseline.hash]
+        # Re-time the baseline in every batch that measures anything.
+        if todo or baseline.hash not in done:
+            todo.insert(0, baseline)
+        self.summary.skipped += len(configs) - len(todo)
+        return _Plan(path, matrix, baseline, todo)
+
+    def write(
+        self, plan: _Plan, measurements: Sequence[Measurement], host: str | None = None
+    ) -> None:
+        if not measurements:
+            return
+        options = {"host": host} if host else {}
+        with _sigint_deferred():
+            self.store.record(
+                plan.matrix,
+                self.target.name,
+                self.op,
+                self.width,
+                list(measurements),
+                space_version=self.space.version,
+                baseline_hash=plan.baseline.hash,
+                **options,
+            )
+            # Counted inside the deferral, so the summary always matches the store.
+            self.summary.written += len(measurements)
+            self.summary.statuses.update(m.status for m in measurements)
+        self.progress.advance(self.config_bar, len(measurements))
+
+    def fail(self, path: Path, reason: str, plan: _Plan | None = None) -> None:
+        """One line for a matrix that could not be (fully) collected; carry on."""
+        if plan is not None:
+            if plan.failed:
+                return
+            plan.failed = True
+        reason = _one_line(reason)
+        if not reason.startswith(str(path)):
+            reason = f"{path}: {reason}"
+        self.summary.failures.append((str(path), reason))
+        self.progress.console.print(
+            f"cognate: skipped {reason}", markup=False, highlight=False, soft_wrap=True
+        )
+        self.progress.advance(self.matrix_bar)
+
+    def finish(self, plan: _Plan) -> None:
+        if plan.failed:
+            return
+        self.summary.matrices += 1
+        self.progress.advance(self.matrix_bar)
+
+
+# --- sequential: one config at a time on this machine --------------------------------------
+
+
+def _run_sequential(coll: _Collection, plans: Iterator[_Plan], runner: Runner, batch: int) -> None:
+    for plan in plans:
+        for chunk in _chunks(plan.todo, batch):
+            try:
+                measurements = runner.measure(plan.matrix, coll.op, coll.width, chunk)
+                check_batch(chunk, measurements)
+            except Exception as exc:  # noqa: BLE001 - a runner bug costs its matrix, not the run
+                coll.fail(plan.path, f"runner failed: {_describe(exc)}", plan)
+                break
+            coll.write(plan, measurements)
+        coll.finish(plan)
+
+
+# --- local process pool: non-exclusive targets ---------------------------------------------
+
+_WORKER_RUNNER: Runner | None = None
+
+
+def _pool_init(target: targets.Target | str, runner_options: dict[str, Any]) -> None:
+    """Worker start: Ctrl-C is the driver's business; build the runner once."""
+    global _WORKER_RUNNER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if isinstance(target, str):
+        target = targets.get_target(target)
+    _WORKER_RUNNER = target.runner(**runner_options)
+
+
+def _pool_measure(matrix: Matrix, op: str, width: int, configs: list[Config]) -> list[Measurement]:
+    assert _WORKER_RUNNER is not None, "pool worker not initialised"
+    return _WORKER_RUNNER.measure(matrix, op, width, configs)
+
+
+def _picklable_target(target: targets.Target) -> targets.Target | str:
+    """Send the Target itself when it pickles (test doubles), else its registry name."""
+    try:
+        pickle.dumps(target)
+    except Exception:  # noqa: BLE001 - lambdas and closures do not pickle
+        return target.name
+    return target
+
+
+def _new_pool(
+    target: targets.Target, runner_options: dict[str, Any], jobs: int
+) -> ProcessPoolExecutor:
+    # spawn, not fork: the driver has threads (progress bar, SQLite) by now.
+    return ProcessPoolExecutor(
+        max_workers=jobs,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=_pool_init,
+        initargs=(_picklable_target(target), runner_options),
+    )
+
+
+def _run_pool(
+    coll: _Collection,
+    plans: Iterator[_Plan],
+    runner_options: dict[str, Any],
+    jobs: int,
+    batch: int,
+) -> None:
+    pool = _new_pool(coll.target, runner_options, jobs)
+    inflight: dict[Future, tuple[_Plan, list[Config]]] = {}
+    try:
+        for plan in plans:
+            for chunk in _chunks(plan.todo, batch):
+                while len(inflight) >= 2 * jobs:  # bounded: the driver's memory stays small
+                    pool = _drain(coll, inflight, pool, runner_options, jobs)
+                future = pool.submit(_pool_measure, plan.matrix, coll.op, coll.width, chunk)
+                inflight[future] = (plan, chunk)
+                plan.pending += 1
+            plan.submitted = True
+            if plan.pending == 0:  # every chunk already written while submitting
+                coll.finish(plan)
+        while inflight:
+            pool = _drain(coll, inflight, pool, runner_options, jobs)
+    except KeyboardInterrupt:
+        # Finish the configs already running, store them, drop the rest.
+        pool.shutdown(wait=False, cancel_futures=True)
+        for future in list(inflight):
+            if future.cancelled():
+                del inflight[future]
+        while inflight:
+            _drain(coll, inflight, pool, runner_options, jobs, rebuild=False)
+        raise
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _drain(
+    coll: _Collection,
+    inflight: dict[Future, tuple[_Plan, list[Config]]],
+    pool: ProcessPoolExecutor,
+    runner_options: dict[str, Any],
+    jobs: int,
+    rebuild: bool = True,
+) -> ProcessPoolExecutor:
+    """Write what has finished; a dead worker fails its matrices and the pool is rebuilt."""
+    done, _ = wait_futures(list(inflight), timeout=1.0, return_when=FIRST_COMPLETED)
+    broken = False
+    for future in done:
+        plan, chunk = inflight.pop(future)
+        plan.pending -= 1
+        try:
+            measurements = future.result()
+            check_batch(chunk, measurements)
+        except Exception as exc:  # noqa: BLE001 - one matrix's failure, reported by name
+            broken |= isinstance(exc, BrokenProcessPool)
+            coll.fail(plan.path, f"worker failed: {_describe(exc)}", plan)
+        else:
+            if not plan.failed:
+                coll.write(plan, measurements)
+        if plan.pending == 0 and plan.submitted:
+            coll.finish(plan)
+    if broken and rebuild:
+        pool.shutdown(wait=False, cancel_futures=True)
+        return _new_pool(coll.target, runner_options, jobs)
+    return pool
+
+
+# --- Ray: one task per matrix, results back to the driver ----------------------------------
+
+
+def _ray_measure(
+    target: targets.Target,
+    op: str,
+    width: int,
+    matrix: Matrix,
+    configs: list[Config],
+    runner_options: dict[str, Any],
+) -> tuple[str, list[Measurement]]:
+    """A Ray task: measure one matrix's batch; the host goes into the store's key."""
+    runner = target.runner(**runner_options)
+    try:
+        return socket.gethostname(), runner.measure(matrix, op, width, configs)
+    finally:
+        _close(runner)
+
+
+def _ray_connect(address: str) -> bool:
+    """Connect to (or start, for ``local``) a Ray cluster; True when we must shut it down."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    _check_reachable(address)
+    quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
+    try:
+        if address == "local":  # always a new cluster on this machine, never someone else's
+            ray.init(address="local", include_dashboard=False, **quiet)
+        else:
+            ray.init(address=address, **quiet)
+    except Exception as exc:  # noqa: BLE001 - Ray raises several types for a bad address
+        raise CognateError(f"ray: cannot connect to {address!r}: {_one_line(exc)}") from exc
+    return True
+
+
+def _check_reachable(address: str) -> None:
+    """Fail fast on a HOST:PORT nobody listens at: Ray itself retries for minutes."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in address:
+        return  # 'auto', 'local', ray:// client addresses: Ray answers quickly itself
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+    except OSError as exc:
+        raise CognateError(f"ray: nothing answers at {address} ({exc.strerror or exc})") from exc
+
+
+def _ray_slots(exclusive: bool) -> list[dict[str, Any]]:
+    """Task options, one per slot. Exclusive: one task per node holding all its CPUs."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = [
+        (node["NodeID"], int(node["Resources"]["CPU"]))
+        for node in ray.nodes()
+        if node.get("Alive") and node.get("Resources", {}).get("CPU", 0) >= 1
+    ]
+    if not nodes:
+        raise CognateError("ray: the cluster has no node with a CPU")
+    if exclusive:
+        return [
+            {
+                "num_cpus": cpus,
+                "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id, soft=False),
+            }
+            for node_id, cpus in nodes
+        ]
+    return [{"num_cpus": 1}] * (2 * sum(cpus for _, cpus in nodes))
+
+
+def _run_ray(coll: _Collection, plans: Iterator[_Plan], runner_options: dict[str, Any]) -> None:
+    import ray
+
+    inflight: dict[Any, tuple[_Plan, dict[str, Any]]] = {}
+    try:
+        slots = deque(_ray_slots(coll.target.exclusive))
+        coll.hosts = sorted({n["NodeManagerHostname"] for n in ray.nodes() if n.get("Alive")})
+        task = ray.remote(_ray_measure)
+        target_ref = ray.put(coll.target)
+        while True:
+            while slots and (plan := next(plans, None)) is not None:
+                options = slots.popleft()
+                ref = task.options(**options, max_retries=0).remote(
+                    target_ref, coll.op, coll.width, ray.put(plan.matrix), plan.todo, runner_options
+                )
+                inflight[ref] = (plan, options)
+            if not inflight:
+                break
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=1.0)
+            for ref in ready:
+                plan, options = inflight.pop(ref)
+                slots.append(options)
+                _take_ray_result(coll, plan, ref)
+    except KeyboardInterrupt:
+        for ref in inflight:
+            ray.cancel(ref, force=True)
+        raise
+
+
+def _take_ray_result(coll: _Collection, plan: _Plan, ref: Any) -> None:
+    import ray
+
+    try:
+        host, measurements = ray.get(ref)
+        check_batch(plan.todo, measurements)
+    except Exception as exc:  # noqa: BLE001 - a failed task costs its matrix, reported
+        # A RayTaskError carries the worker's traceback; its cause is the one line we want.
+        coll.fail(
+            plan.path, f"ray task failed: {_describe(getattr(exc, 'cause', None) or exc)}", plan
+        )
+        return
+    coll.write(plan, measurements, host=host)
+    coll.finish(plan)
+
+
+# --- the entry point -----------------------------------------------------------------------
+
+
+def _close(runner: Runner) -> None:
+    close = getattr(runner, "close", None)
+    if callable(close):
+        close()
+
+
+def _make_runner(target: targets.Target, runner_options: dict[str, Any]) -> Runner:
+    try:
+        return target.runner(**runner_options)
+    except TypeError as exc:
+        given = ", ".join(sorted(runner_options)) or "none"
+        raise CognateError(
+            f"target {target.name}: runner does not take these options ({given}): {exc}"
+        ) from exc
+
+
+def _matrix_files(matrix_paths: Sequence[str | Path]) -> list[Path]:
+    from cognate.io import expand_matrix_paths
+
+    if not matrix_paths:
+        raise CognateError("no matrix files given")
+    files = list(expand_matrix_paths([Path(p) for p in matrix_paths]))
+    if not files:
+        raise CognateError(f"no matrix files in {', '.join(str(p) for p in matrix_paths)}")
+    return files
+
+
+def _check_numbers(width: int, n_configs: int, jobs: int | None, batch: int) -> None:
+    for name, value in (("width", width), ("configs", n_configs), ("batch", batch)):
+        if value < 1:
+            raise CognateError(f"--{name} must be at least 1, got {value}")
+    if jobs is not None and jobs < 1:
+        raise CognateError(f"--jobs must be at least 1, got {jobs}")
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description:>8}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        redirect_stdout=False,
+        redirect_stderr=False,
+    )
+
+
+def collect(
+    target_name: str,
+    op: str,
+    width: int,
+    matrix_paths: Sequence[str | Path],
+    *,
+    db_path: str | Path,
+    n_configs: int = DEFAULT_CONFIGS,
+    all_configs: bool = False,
+    seed: int = 0,
+    ray_address: str | None = None,
+    jobs: int | None = None,
+    runner_options: dict[str, Any] | None = None,
+    batch: int = 1,
+    console: Console | None = None,
+) -> CollectSummary:
+    """Measure configs of every matrix on one target into the store at ``db_path``.
+
+    ``n_configs`` are sampled per matrix (``all_configs``: the space's search candidates,
+    which is the whole space where the space is small enough to enumerate; ``n_configs``
+    then caps sampled spaces). The baseline is always added. ``jobs`` sizes the local
+    process pool of non-exclusive targets (default: all cores). ``batch`` configs are
+    measured and committed at a time. Ctrl-C stops the run; the summary says so.
+    """
+    from cognate.store import Store  # engineer B's store; imported where needed
+
+    runner_options = dict(runner_options or {})
+    _check_numbers(width, n_configs, jobs, batch)
+    target = targets.get_target(target_name)
+    space = target.space(op)
+    files = _matrix_files(matrix_paths)
+    runner = _make_runner(target, runner_options)  # fails early (e.g. gpu without CUDA)
+    sequential = ray_address is None and target.exclusive
+    if not sequential:  # the workers build their own
+        _close(runner)
+    console = console or Console(stderr=True)
+    if sequential and (jobs or 1) > 1:
+        console.print(
+            f"cognate: --jobs ignored: {target.name} timings take the whole machine",
+            soft_wrap=True,
+        )
+    choose = {"n_configs": n_configs, "all_configs": all_configs, "seed": seed}
+    ray_started = _ray_connect(ray_address) if ray_address is not None else False
+    try:
+        with Store(db_path) as store, _progress(console) as progress:
+            coll = _Collection(store, target, space, op, width, progress, choose)
+            plans = coll.plans(files)
+            try:
+                if ray_address is not None:
+                    _run_ray(coll, plans, runner_options)
+                elif sequential:
+                    _run_sequential(coll, plans, runner, batch)
+                else:
+                    _run_pool(coll, plans, runner_options, jobs or _cores(), batch)
+            except KeyboardInterrupt:
+                coll.summary.interrupted = True
+    finally:
+        if sequential:
+            _close(runner)
+        if ray_started:
+            import ray
+
+            ray.shutdown()
+    return coll.summary
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
