@@ -1,0 +1,126 @@
+"""The spade schedule spaces (configs/spade-spmm.yaml, configs/spade-sddmm.yaml): 256 configs.
+
+Knobs: ``rp`` (rows per row panel), ``cp`` (columns per column panel, or "all"),
+``barrier``, ``bypass``, ``split`` (dense passes per tile) and ``sched`` (static | dynamic).
+
+Mapping into the CPU loop vocabulary (DESIGN 7): RP -> I, CP -> K (all -> ncols), the dense
+split -> J = ceil(width / split) (the dense columns one pass over a tile covers; a strip
+never exceeds its dimension, as in WACO), barrier -> order ``k1 i1 i0 k0 j1 j0`` (column
+panels outermost), no barrier -> ``i1 k1 i0 k0 j1 j0``. The order is fixed by DESIGN 7; in
+the simulator the pass loop j1 sits between the tile loops and the nonzeros of the tile.
+``bypass`` and ``sched`` have no loop-nest meaning and are the raw knob features.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from cognate.config import Config
+from cognate.errors import CognateError
+from cognate.space import LoopNest, Space, load_space_yaml
+
+from .simulator import Schedule
+
+KNOB_NAMES: tuple[str, ...] = ("rp", "cp", "barrier", "bypass", "split", "sched")
+ORDER_BARRIER: tuple[str, ...] = ("k1", "i1", "i0", "k0", "j1", "j0")
+ORDER_NO_BARRIER: tuple[str, ...] = ("i1", "k1", "i0", "k0", "j1", "j0")
+SCHEDS: tuple[str, ...] = ("static", "dynamic")
+
+
+class SpadeSpace(Space):
+    """The 256-config spade space of one op."""
+
+    target = "spade"
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+        self.name = f"spade-{op}"
+        data, self.version = load_space_yaml(self.name)
+        where = f"configs/{self.name}.yaml"
+        knobs = data.get("knobs")
+        if not isinstance(knobs, dict) or tuple(knobs) != KNOB_NAMES:
+            raise CognateError(f"{where}: knobs must be exactly {', '.join(KNOB_NAMES)}")
+        self.values: dict[str, list[Any]] = {k: list(v) for k, v in knobs.items()}
+        self.machine_name = str(data.get("machine", "spade"))
+        for k, v in self.values.items():
+            if not v or len(set(map(str, v))) != len(v):
+                raise CognateError(f"{where}: knob {k} needs distinct values")
+        for k in ("rp", "split"):
+            if not all(type(x) is int and 1 <= x <= 1 << 20 for x in self.values[k]):
+                raise CognateError(f"{where}: {k} values must be integers in 1..2^20")
+        if not all(x == "all" or (type(x) is int and 1 <= x <= 1 << 24) for x in self.values["cp"]):
+            raise CognateError(f"{where}: cp values must be positive integers or 'all'")
+        if set(self.values["sched"]) - set(SCHEDS):
+            raise CognateError(f"{where}: sched values must be static or dynamic")
+        self._baseline = self.validate(data.get("baseline") or {})
+
+    def _check(self, knobs: Mapping[str, Any]) -> dict[str, Any]:
+        if set(knobs) != set(KNOB_NAMES):
+            raise CognateError(
+                f"{self.name}: a config needs exactly the knobs {', '.join(KNOB_NAMES)}, "
+                f"got {', '.join(sorted(map(str, knobs))) or 'none'}"
+            )
+        clean = {}
+        for k in KNOB_NAMES:
+            v = knobs[k]
+            legal = self.values[k]
+            # bool is an int subclass: compare with types so True never passes for 1
+            if not any(type(v) is type(x) and v == x for x in legal):
+                raise CognateError(f"{self.name}: {k}={v!r} is not one of {legal}")
+            clean[k] = v
+        return clean
+
+    def validate(self, knobs: Mapping[str, Any]) -> Config:
+        return Config(self.target, self.op, self._check(knobs))
+
+    def baseline(self, shape: tuple[int, int] | None = None) -> Config:
+        return self._baseline
+
+    def all_configs(self) -> list[Config]:
+        """Every config, in the YAML's value order (deterministic)."""
+        combos = itertools.product(*(self.values[k] for k in KNOB_NAMES))
+        return [Config(self.target, self.op, dict(zip(KNOB_NAMES, c, strict=True))) for c in combos]
+
+    def sample(self, n: int, seed: int, shape: tuple[int, int] | None = None) -> list[Config]:
+        configs = self.all_configs()
+        if n >= len(configs):
+            return configs
+        return random.Random(seed).sample(configs, n)
+
+    def candidates(
+        self, n: int = 0, seed: int = 0, shape: tuple[int, int] | None = None
+    ) -> list[Config]:
+        """The whole space: 256 configs are scored exhaustively."""
+        return self.all_configs()
+
+    def schedule(self, config: Config) -> Schedule:
+        """The config in the simulator's terms."""
+        k = self._check(config.knobs)
+        return Schedule(
+            rp=k["rp"],
+            cp=None if k["cp"] == "all" else k["cp"],
+            barrier=k["barrier"],
+            bypass=k["bypass"],
+            split=k["split"],
+            dynamic=k["sched"] == "dynamic",
+        )
+
+    def loop_nest(self, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
+        s = self.schedule(config)
+        nrows, ncols = shape
+        return LoopNest(
+            i_split=min(s.rp, nrows),
+            k_split=ncols if s.cp is None else min(s.cp, ncols),
+            j_split=-(-width // s.split),
+            order=ORDER_BARRIER if s.barrier else ORDER_NO_BARRIER,
+        )
+
+    def knob_features(self, config: Config) -> np.ndarray:
+        """[bypass, sched == dynamic] as 0/1: the knobs the loop-nest view does not carry."""
+        k = self._check(config.knobs)
+        return np.array([float(k["bypass"]), float(k["sched"] == "dynamic")], dtype=np.float32)

@@ -1,0 +1,86 @@
+"""The spade spaces, the loop-nest mapping (DESIGN 7) and the runner."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cognate.errors import CognateError
+from cognate.io import load_matrix
+from cognate.targets import get_target
+from cognate.targets.spade.simulator import Schedule
+
+
+@pytest.fixture(scope="module")
+def target():
+    return get_target("spade")
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_space_has_256_distinct_configs_with_the_paper_baseline(target, op):
+    space = target.space(op)
+    configs = space.candidates(0, 0, (100, 100))
+    assert len(configs) == 256 == len({c.hash for c in configs})
+    base = space.baseline((100, 100))
+    assert dict(base.knobs) == {
+        "rp": 256, "cp": "all", "barrier": False, "bypass": False, "split": 1, "sched": "static"
+    }  # fmt: skip
+    assert base in configs
+    assert target.exclusive is False
+    sample = space.sample(10, seed=3, shape=(100, 100))
+    assert sample == space.sample(10, seed=3, shape=(100, 100)) and len(set(sample)) == 10
+
+
+def test_validate_rejects_illegal_knobs(target):
+    space = target.space("spmm")
+    good = dict(space.baseline().knobs)
+    for bad in ({**good, "rp": 100}, {**good, "cp": "none"}, {**good, "barrier": 1},
+                {**good, "sched": "guided"}, {k: v for k, v in good.items() if k != "split"},
+                {**good, "extra": 1}):  # fmt: skip
+        with pytest.raises(CognateError):
+            space.validate(bad)
+    assert space.validate(good) == space.baseline()
+
+
+def test_loop_nest_mapping(target):
+    space = target.space("spmm")
+    config = space.validate(
+        {"rp": 64, "cp": 256, "barrier": True, "bypass": True, "split": 2, "sched": "dynamic"}
+    )
+    nest = space.loop_nest(config, (1000, 5000), 32)
+    assert (nest.i_split, nest.k_split, nest.j_split) == (64, 256, 16)
+    assert nest.order == ("k1", "i1", "i0", "k0", "j1", "j0")
+    base = space.loop_nest(space.baseline(), (1000, 5000), 32)
+    assert (base.i_split, base.k_split, base.j_split) == (256, 5000, 32)
+    assert base.order == ("i1", "k1", "i0", "k0", "j1", "j0")
+    small = space.loop_nest(space.baseline(), (100, 40), 32)  # strips capped by dimension
+    assert (small.i_split, small.k_split) == (100, 40)
+    assert np.array_equal(space.knob_features(config), [1.0, 1.0])
+    assert np.array_equal(space.knob_features(space.baseline()), [0.0, 0.0])
+    assert space.schedule(config) == Schedule(64, 256, True, True, 2, True)
+
+
+def test_runner_measures_a_real_matrix(target, shared):
+    matrix = load_matrix(shared / "matrices" / "suitesparse" / "bcspwr06.mtx.gz")
+    space = target.space("spmm")
+    configs = space.sample(6, seed=0, shape=matrix.shape) + [space.baseline()]
+    seen = []
+    results = target.runner().measure(matrix, "spmm", 32, configs, progress=seen.append)
+    assert seen == results and [r.config for r in results] == configs
+    for r in results:
+        assert r.status == "ok" and r.runtime_s > 0 and r.spread_s == 0.0
+        assert r.counters["dram_bytes"] > 0 and r.counters["pe_busy_max_s"] <= r.runtime_s
+        assert r.counters["l1_hits"] + r.counters["l1_misses"] > 0
+    assert len({r.runtime_s for r in results}) > 1  # the knobs matter
+    sddmm = target.runner().measure(matrix, "sddmm", 16, [target.space("sddmm").baseline()])
+    assert sddmm[0].status == "ok" and sddmm[0].counters["nnz_passes"] == matrix.nnz
+
+
+def test_runner_reports_bad_config_as_error(target, shared):
+    matrix = load_matrix(shared / "matrices" / "suitesparse" / "bcspwr06.mtx.gz")
+    space = target.space("spmm")
+    bad = type(space.baseline())("spade", "spmm", {"rp": 3})
+    good = space.baseline()
+    results = target.runner().measure(matrix, "spmm", 32, [bad, good])
+    assert results[0].status == "error" and "knobs" in results[0].error
+    assert results[1].status == "ok"
