@@ -1,0 +1,106 @@
+"""``cognate data info`` (what a matrix file holds) and ``cognate data synth`` (generate one)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from cognate.io import (
+    check_output_path,
+    expand_matrix_paths,
+    load_matrix,
+    matrix_stats,
+    save_matrix,
+)
+from cognate.synth import KINDS, PERMUTE_CHOICES, generate
+
+_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("name", "name"),
+    ("rows", "rows"),
+    ("cols", "cols"),
+    ("nnz", "nnz"),
+    ("field", "field"),
+    ("symmetry", "symmetry"),
+    ("density", "density"),
+    ("row_mean", "row mean"),
+    ("row_max", "row max"),
+    ("row_cv", "row cv"),
+    ("bandwidth", "bandwidth"),
+)
+
+
+def register(main: click.Group, data: click.Group) -> None:
+    """Attach ``info`` and ``synth`` to the ``data`` group."""
+    data.add_command(info)
+    data.add_command(synth)
+
+
+@click.command("info")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list instead of a table.")
+def info(paths: tuple[Path, ...], as_json: bool) -> None:
+    """Shape, nnz (symmetric files expanded), field, symmetry and row statistics of PATHS.
+
+    A folder stands for the matrix files inside it (.mtx, .mtx.gz, .tar.gz, .tgz, .npz, .csr).
+    """
+    records = []
+    for path in expand_matrix_paths(paths):
+        stats = matrix_stats(load_matrix(path))
+        records.append({"path": str(path), **stats})
+    if as_json:
+        click.echo(json.dumps(records, indent=2))
+        return
+    table = Table(show_lines=False)
+    for _, title in _COLUMNS:
+        table.add_column(
+            title, justify="left" if title in ("name", "field", "symmetry") else "right"
+        )
+    for record in records:
+        table.add_row(*(_cell(record[key]) for key, _ in _COLUMNS))
+    console = Console()
+    if not console.is_terminal:  # piped: do not squeeze the table into 80 columns
+        console = Console(width=160)
+    console.print(table)
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+@click.command("synth")
+@click.argument("kind", type=click.Choice(KINDS))
+@click.option("--rows", type=click.IntRange(min=1), required=True, help="Number of rows (M).")
+@click.option("--cols", type=click.IntRange(min=1), required=True, help="Number of columns (N).")
+@click.option("--density", type=float, help="Fraction of entries kept, in (0, 1].")
+@click.option("--sparsity", type=float, help="Fraction of entries dropped, in [0, 1).")
+@click.option("--nnz", type=click.IntRange(min=1), help="Number of entries.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--permute", type=click.Choice(PERMUTE_CHOICES), help="Random row/column permutation."
+)
+@click.option("--bandwidth", type=click.IntRange(min=0), help="banded: half-width |i - j| <= W.")
+@click.option("--block", type=click.IntRange(min=1), help="block-diagonal / block: block size.")
+@click.option("--n", "nm_n", type=click.IntRange(min=1), help="nm: entries kept per group (N).")
+@click.option("--m", "nm_m", type=click.IntRange(min=1), help="nm: group width (M).")
+@click.option("--a", "rmat_a", type=float, help="rmat: top-left quadrant probability.")
+@click.option("--b", "rmat_b", type=float, help="rmat: top-right quadrant probability.")
+@click.option("--c", "rmat_c", type=float, help="rmat: bottom-left quadrant probability.")
+@click.option("--d", "rmat_d", type=float, help="rmat: bottom-right quadrant probability.")
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help=".npz or .mtx")
+def synth(kind: str, output: Path, **args: Any) -> None:
+    """Generate a synthetic KIND matrix (deterministic per seed) and write it to OUTPUT."""
+    renamed = {"nm_n": "n", "nm_m": "m", "rmat_a": "a", "rmat_b": "b", "rmat_c": "c", "rmat_d": "d"}
+    options = {renamed.get(k, k): v for k, v in args.items() if v is not None}
+    rows, cols = options.pop("rows"), options.pop("cols")
+    check_output_path(output)  # before generating: a big matrix should not be made in vain
+    matrix = generate(kind, rows, cols, **options)
+    save_matrix(matrix, output)
+    density = matrix.nnz / (rows * cols)
+    click.echo(f"wrote {output}: {kind} {rows} x {cols}, nnz {matrix.nnz} (density {density:.4g})")

@@ -1,0 +1,259 @@
+"""Matrix file reading: the shared real matrices, every format, and the value policies."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import re
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.io
+import scipy.sparse as sp
+
+from cognate.errors import InputError
+from cognate.io import expand_matrix_paths, load_matrix, matrix_stats, save_matrix
+from cognate.matrix import Matrix
+
+HEADER = "%%MatrixMarket matrix coordinate {field} {symmetry}\n"
+
+
+def _readme_table(shared: Path) -> dict[str, dict]:
+    """file -> shape, entries, kind from ../shared/matrices/README.md's tables."""
+    rows = {}
+    text = (shared / "matrices" / "README.md").read_text()
+    pattern = r"^\| (\S+\.(?:mtx\.gz|csr)) \| (\d+) x (\d+) \| (\d+) \| ([^|]+) \|$"
+    for match in re.finditer(pattern, text, flags=re.M):
+        name, nrows, ncols, entries, kind = match.groups()
+        rows[name] = {"shape": (int(nrows), int(ncols)), "entries": int(entries), "kind": kind}
+    return rows
+
+
+def _stored_diagonal(path: Path) -> int:
+    """Count stored diagonal entries by reading the raw text (independent of the loader)."""
+    count = 0
+    with gzip.open(path, "rt") as lines:
+        for line in lines:
+            if line.startswith("%"):
+                continue
+            break  # the size line
+        for line in lines:
+            parts = line.split()
+            count += len(parts) >= 2 and parts[0] == parts[1]
+    return count
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def test_readme_table_lists_every_shared_file(shared, suitesparse_files, waco_files):
+    table = _readme_table(shared)
+    on_disk = {p.name for p in suitesparse_files + waco_files}
+    assert len(on_disk) == 33
+    assert set(table) == on_disk
+
+
+def test_every_shared_matrix_matches_the_readme(shared, suitesparse_files, waco_files):
+    table = _readme_table(shared)
+    for path in suitesparse_files + waco_files:
+        expected = table[path.name]
+        matrix = load_matrix(path)
+        assert matrix.shape == expected["shape"], path.name
+        assert matrix.csr.indices.dtype == np.int32 and matrix.csr.data.dtype == np.float32
+        assert matrix.csr.has_sorted_indices and matrix.csr.has_canonical_format
+        if "symmetric" in expected["kind"]:
+            diagonal = _stored_diagonal(path)
+            assert matrix.nnz == 2 * expected["entries"] - diagonal, path.name
+            assert matrix.symmetry == "symmetric"
+            assert (matrix.csr != matrix.csr.T).nnz == 0  # both triangles present
+        else:
+            assert matrix.nnz == expected["entries"], path.name
+            assert matrix.symmetry == "general"
+        field = "pattern" if path.suffix == ".csr" else expected["kind"].split()[0]
+        assert matrix.field == field, path.name
+        assert np.isfinite(matrix.csr.data).all()
+
+
+def test_symmetric_values_match_scipy(shared):
+    path = shared / "matrices" / "suitesparse" / "bcsstk13.mtx.gz"
+    reference = sp.csr_matrix(scipy.io.mmread(path)).astype(np.float32)
+    matrix = load_matrix(path)
+    assert abs(matrix.csr - reference).max() == 0
+
+
+def test_complex_keeps_the_real_part(shared):
+    path = shared / "matrices" / "suitesparse" / "young1c.mtx.gz"
+    reference = sp.coo_matrix(scipy.io.mmread(path))
+    matrix = load_matrix(path)
+    assert matrix.field == "complex"
+    expected = sp.csr_matrix((reference.data.real, (reference.row, reference.col)), reference.shape)
+    assert np.allclose(matrix.csr.toarray(), expected.toarray())
+    assert matrix.nnz == reference.nnz  # zero real parts still count as entries
+
+
+def test_out_of_range_values_are_clipped(shared):
+    matrix = load_matrix(shared / "matrices" / "suitesparse" / "temp.mtx.gz")  # up to 4.8e38
+    assert np.isfinite(matrix.csr.data).all()
+    assert matrix.csr.data.min() == -np.finfo(np.float32).max  # the -4.8e38 entry
+
+
+def test_pattern_file(tmp_path):
+    text = HEADER.format(field="pattern", symmetry="general") + "3 4 3\n1 1\n3 4\n3 4\n"
+    matrix = load_matrix(_write(tmp_path / "p.mtx", text))
+    assert matrix.field == "pattern" and matrix.nnz == 2  # the duplicate is one entry
+    assert matrix.csr.toarray().tolist() == [[1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1]]
+
+
+def test_integer_values_exact(tmp_path):
+    text = HEADER.format(field="integer", symmetry="general") + "2 2 2\n1 2 -7\n2 1 123456\n"
+    matrix = load_matrix(_write(tmp_path / "i.mtx", text))
+    assert matrix.field == "integer"
+    assert matrix.csr.toarray().tolist() == [[0, -7], [123456, 0]]
+
+
+def test_duplicates_summed_and_zeros_kept(tmp_path):
+    body = "3 3 4\n1 1 1.5\n1 1 2.0\n2 3 0.0\n3 2 -1\n"
+    matrix = load_matrix(
+        _write(tmp_path / "d.mtx", HEADER.format(field="real", symmetry="general") + body)
+    )
+    assert matrix.nnz == 3  # (1,1) once, the explicit zero at (2,3) kept
+    assert matrix.csr[0, 0] == pytest.approx(3.5)
+    assert matrix.csr.indices.tolist() == [0, 2, 1] and matrix.csr.data[1] == 0.0
+
+
+def test_skew_and_hermitian_mirrors(tmp_path):
+    skew = HEADER.format(field="real", symmetry="skew-symmetric") + "3 3 2\n2 1 4.0\n3 1 0\n"
+    matrix = load_matrix(_write(tmp_path / "s.mtx", skew))
+    assert matrix.symmetry == "skew-symmetric" and matrix.nnz == 4  # explicit 0 mirrored too
+    dense = matrix.csr.toarray()
+    assert dense[1, 0] == 4.0 and dense[0, 1] == -4.0
+    herm = HEADER.format(field="complex", symmetry="hermitian") + "2 2 2\n1 1 3 0\n2 1 1.5 2\n"
+    matrix = load_matrix(_write(tmp_path / "h.mtx", herm))
+    assert matrix.field == "complex" and matrix.symmetry == "hermitian"
+    assert matrix.csr.toarray().tolist() == [[3.0, 1.5], [1.5, 0.0]]  # real part of conj
+    assert matrix.nnz == 3
+
+
+def test_symmetric_expansion_keeps_diagonal_once(tmp_path):
+    text = HEADER.format(field="real", symmetry="symmetric") + "3 3 3\n1 1 2\n2 1 5\n3 3 0\n"
+    matrix = load_matrix(_write(tmp_path / "sym.mtx", text))
+    assert matrix.nnz == 4
+    assert matrix.csr.toarray().tolist() == [[2, 5, 0], [5, 0, 0], [0, 0, 0]]
+
+
+def test_dense_array_file(tmp_path):
+    text = "%%MatrixMarket matrix array real general\n2 2\n1\n0\n0\n3\n"
+    matrix = load_matrix(_write(tmp_path / "a.mtx", text))
+    assert matrix.nnz == 2 and matrix.csr.toarray().tolist() == [[1, 0], [0, 3]]
+
+
+def test_waco_csr_round_trip(tmp_path):
+    reference = sp.random(50, 30, density=0.1, format="csr", random_state=3)
+    path = tmp_path / "m.csr"
+    header = np.array([50, 30, reference.nnz], dtype="<i4")
+    parts = [header, reference.indptr.astype("<i4"), reference.indices.astype("<i4")]
+    path.write_bytes(b"".join(p.tobytes() for p in parts))
+    matrix = load_matrix(path)
+    assert matrix.field == "pattern" and matrix.name == "m"
+    assert (matrix.csr != (reference != 0).astype(np.float32)).nnz == 0
+
+
+@pytest.mark.parametrize("suffix", [".npz", ".mtx", ".mtx.gz"])
+def test_save_load_round_trip(tmp_path, suffix):
+    csr = sp.random(40, 60, density=0.05, format="csr", random_state=1, dtype=np.float32)
+    csr.data[::3] = 0.0  # explicit zeros must survive
+    original = Matrix("r", csr, source="test")
+    loaded = load_matrix(save_matrix(original, tmp_path / f"r{suffix}"))
+    assert loaded.shape == original.shape and loaded.nnz == csr.nnz
+    assert np.array_equal(loaded.csr.indptr, original.csr.indptr)
+    assert np.array_equal(loaded.csr.indices, original.csr.indices)
+    assert np.array_equal(loaded.csr.data, original.csr.data)
+    assert loaded.sha256 == original.sha256
+
+
+def test_npz_field_from_dtype(tmp_path):
+    path = tmp_path / "b.npz"
+    sp.save_npz(path, sp.csr_matrix(np.array([[True, False], [False, True]])))
+    assert load_matrix(path).field == "pattern"
+    sp.save_npz(path, sp.coo_matrix(np.array([[2, 0], [0, 5]], dtype=np.int64)))
+    loaded = load_matrix(path)
+    assert loaded.field == "integer" and loaded.csr.toarray().tolist() == [[2, 0], [0, 5]]
+
+
+def _tar_with(path: Path, members: dict[str, bytes]) -> Path:
+    with tarfile.open(path, "w:gz") as archive:
+        for name, data in members.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return path
+
+
+def test_suitesparse_tar_reads_the_named_member(shared, tmp_path):
+    source = shared / "matrices" / "suitesparse" / "bcspwr06.mtx.gz"
+    text = gzip.decompress(source.read_bytes())
+    decoy = HEADER.format(field="real", symmetry="general").encode() + b"1 1 1\n1 1 9\n"
+    members = {"bcspwr06/bcspwr06_coord.mtx": decoy, "bcspwr06/bcspwr06.mtx": text}
+    matrix = load_matrix(_tar_with(tmp_path / "bcspwr06.tar.gz", members))
+    reference = load_matrix(source)
+    assert matrix.name == "bcspwr06" and matrix.sha256 == reference.sha256
+    assert not (tmp_path / "bcspwr06").exists()  # read from the archive, nothing extracted
+
+
+def test_tgz_with_single_mtx(tmp_path):
+    text = HEADER.format(field="real", symmetry="general").encode() + b"2 2 1\n2 2 4\n"
+    matrix = load_matrix(_tar_with(tmp_path / "other.tgz", {"x/y.mtx": text}))
+    assert matrix.nnz == 1 and matrix.csr[1, 1] == 4
+
+
+def test_matrix_stats_on_a_known_matrix():
+    dense = np.array([[1, 0, 0, 2], [0, 0, 0, 0], [0, 3, 4, 0]], dtype=np.float32)
+    stats = matrix_stats(Matrix("k", sp.csr_matrix(dense), field="real"))
+    lengths = np.array([2, 0, 2])
+    assert stats["rows"] == 3 and stats["cols"] == 4 and stats["nnz"] == 4
+    assert stats["density"] == pytest.approx(4 / 12)
+    assert stats["row_mean"] == pytest.approx(4 / 3) and stats["row_max"] == 2
+    assert stats["row_cv"] == pytest.approx(lengths.std() / lengths.mean())
+    assert stats["bandwidth"] == 3
+
+
+def test_expand_matrix_paths(tmp_path, shared):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / ".hidden").mkdir()
+    for name in ("b.mtx", "sub/a.npz", ".hidden/c.mtx", "notes.txt", "sub/z.csr"):
+        (tmp_path / name).write_text("x")
+    found = expand_matrix_paths([tmp_path, shared / "matrices" / "waco" / "c-46.csr"])
+    names = [p.relative_to(tmp_path).as_posix() for p in found[:3]]
+    assert names == ["b.mtx", "sub/a.npz", "sub/z.csr"] and found[3].name == "c-46.csr"
+    with pytest.raises(InputError, match="no such file"):
+        expand_matrix_paths([tmp_path / "missing.mtx"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="no matrix files"):
+        expand_matrix_paths([tmp_path / "empty"])
+
+
+def test_cli_info_json_reports_every_shared_file(shared, suitesparse_files, waco_files):
+    from click.testing import CliRunner
+
+    from cognate.cli import main
+
+    paths = [str(p) for p in suitesparse_files + waco_files]
+    result = CliRunner().invoke(main, ["data", "info", *paths, "--json"])
+    assert result.exit_code == 0, result.output
+    records = json.loads(result.output)
+    table = _readme_table(shared)
+    assert [r["path"] for r in records] == paths
+    for record in records:
+        expected = table[Path(record["path"]).name]
+        assert (record["rows"], record["cols"]) == expected["shape"]
+        if "symmetric" not in expected["kind"]:
+            assert record["nnz"] == expected["entries"]
+        assert record["density"] == pytest.approx(record["nnz"] / (record["rows"] * record["cols"]))
+        assert set(record) >= {"name", "field", "symmetry", "row_mean", "row_max", "row_cv"}
+    folder = CliRunner().invoke(main, ["data", "info", str(shared / "matrices" / "waco")])
+    assert folder.exit_code == 0 and "nemspmm1_16x4_0" in folder.output
