@@ -23,6 +23,8 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "cognate.cli.data_waco",
     "cognate.cli.collect",
     "cognate.cli.pretrain",
+    "cognate.cli.finetune",
+    "cognate.cli.tune",
 )
 
 

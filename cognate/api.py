@@ -1,0 +1,60 @@
+"""The Python API: ``cognate.tune(matrix, ...)`` -> a ``TuneResult``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import scipy.sparse as sp
+
+from cognate.errors import CognateError
+from cognate.matrix import Matrix, canonicalize
+from cognate.search import DEFAULT_CANDIDATES, DEFAULT_SEED, TuneResult, tune_matrix
+
+
+def as_matrix(matrix: str | Path | Matrix | sp.spmatrix | sp.sparray) -> Matrix:
+    """A Matrix from a file path (any format cognate reads), a scipy sparse matrix or a Matrix."""
+    if isinstance(matrix, Matrix):
+        return matrix
+    if isinstance(matrix, str | Path):
+        from cognate.io import load_matrix
+
+        return load_matrix(matrix)
+    if sp.issparse(matrix):
+        csr = canonicalize(matrix)
+        if csr.shape[0] == 0 or csr.shape[1] == 0 or csr.nnz == 0:
+            raise CognateError(
+                f"matrix of shape {csr.shape} with {csr.nnz} nonzeros: nothing to tune"
+            )
+        return Matrix("matrix", csr, source="scipy")
+    raise CognateError(f"tune needs a path or a scipy sparse matrix, got {type(matrix).__name__}")
+
+
+def tune(
+    matrix: str | Path | Matrix | sp.spmatrix | sp.sparray,
+    target: str = "cpu",
+    op: str = "spmm",
+    width: int = 64,
+    top_k: int = 5,
+    model: str | Path | None = None,
+    verify: bool = False,
+    candidates: int = DEFAULT_CANDIDATES,
+    seed: int = DEFAULT_SEED,
+) -> TuneResult:
+    """Rank schedules of ``op`` on ``target`` for ``matrix`` with a cost model.
+
+    ``model``: a checkpoint (default: the shipped ``data/models/<target>-<op>.safetensors``).
+    ``verify``: measure the top-k and the baseline on the target (cpu: also the library).
+    The result holds the top-k (``result.candidates``), the chosen ``result.config`` and, on
+    cpu, ``result.kernel(B)`` (SpMM) / ``result.kernel(X, Y)`` (SDDMM) running that schedule.
+    """
+    return tune_matrix(
+        as_matrix(matrix),
+        target=target,
+        op=op,
+        width=width,
+        top_k=top_k,
+        model=model,
+        verify=verify,
+        n_candidates=candidates,
+        seed=seed,
+    )

@@ -1,0 +1,146 @@
+"""``cognate tune``: rank schedules for one matrix with a cost model, optionally verify them.
+
+torch and the model load inside the command, so ``cognate --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from cognate.targets import KNOWN_TARGETS, OPS
+
+
+def register(main: click.Group, data: click.Group) -> None:
+    main.add_command(tune)
+
+
+def _time(seconds: float | None) -> str:
+    """Seconds in a readable unit (simulated spade runtimes are microseconds)."""
+    if seconds is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.4g} {unit}"
+    return f"{seconds * 1e9:.4g} ns"
+
+
+def _print_table(console: Console, result: Any) -> None:
+    verified = result.verified
+    table = Table(
+        title=f"{result.matrix.name} ({result.matrix.shape[0]}x{result.matrix.shape[1]}, "
+        f"{result.matrix.nnz} nnz): {result.target} {result.op}, width {result.width}, "
+        f"top {len(result.candidates)} of {result.n_scored} scored"
+    )
+    table.add_column("rank", justify="right")
+    table.add_column("config")
+    table.add_column("score", justify="right")
+    if verified:
+        table.add_column("runtime", justify="right")
+        table.add_column("vs base", justify="right")
+    base_s = result.baseline.runtime_s
+    rows = [*result.candidates, result.baseline]
+    for c in rows:
+        label = "base" if c is result.baseline else str(c.rank)
+        cells = [label, c.description, f"{c.score:.4f}"]
+        if verified:
+            ok = c.status == "ok" and c.runtime_s
+            cells.append(_time(c.runtime_s) if ok else c.status or "-")
+            cells.append(f"{base_s / c.runtime_s:.3f}x" if ok and base_s else "-")
+        table.add_row(*cells)
+    console.print(table)
+
+
+def _print_summary(console: Console, result: Any) -> None:
+    best = result.best
+    if not result.verified:
+        console.print(f"predicted best (rank 1): {best.description}")
+        return
+    if best.status != "ok":
+        console.print("no top-k candidate ran successfully; see the table")
+        return
+    text = f"best: rank {best.rank}, {_time(best.runtime_s)}, {best.description}"
+    if result.speedup_vs_baseline is not None:
+        text += f"; {result.speedup_vs_baseline:.3f}x vs baseline"
+    if result.speedup_vs_library is not None:
+        text += f"; {result.speedup_vs_library:.3f}x vs {result.library}"
+    console.print(text)
+
+
+@click.command()
+@click.argument("matrix", type=click.Path(path_type=Path))
+@click.option("--target", type=click.Choice(KNOWN_TARGETS), default="cpu", show_default=True)
+@click.option("--op", type=click.Choice(OPS), default="spmm", show_default=True)
+@click.option("--width", type=click.IntRange(1, 4096), default=64, show_default=True)
+@click.option(
+    "--model",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Cost model (default: the shipped data/models/<target>-<op>.safetensors).",
+)
+@click.option("--top-k", "top_k", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "--candidates",
+    type=click.IntRange(min=1),
+    default=20_000,
+    show_default=True,
+    help="Sampled candidates (spaces small enough are scored whole).",
+)
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option("--verify", is_flag=True, help="Measure the top-k and the baseline on the target.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
+@click.option(
+    "--emit",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Write the chosen schedule here (cpu: C source; spade: simulator config YAML).",
+)
+def tune(
+    matrix: Path,
+    target: str,
+    op: str,
+    width: int,
+    model: Path | None,
+    top_k: int,
+    candidates: int,
+    seed: int,
+    verify: bool,
+    as_json: bool,
+    emit: Path | None,
+) -> None:
+    """Rank schedules of MATRIX for TARGET with a cost model (lower score = faster)."""
+    from cognate.io import load_matrix
+    from cognate.search import emit as emit_files
+    from cognate.search import tune_matrix
+
+    console = Console(stderr=as_json)
+    loaded = load_matrix(matrix)
+    with console.status("measuring") if verify else contextlib.nullcontext():
+        result = tune_matrix(
+            loaded,
+            target=target,
+            op=op,
+            width=width,
+            top_k=top_k,
+            model=model,
+            verify=verify,
+            n_candidates=candidates,
+            seed=seed,
+        )
+    files = emit_files(result, emit) if emit is not None else []
+    if as_json:
+        out = result.as_dict()
+        if emit is not None:
+            out["emitted"] = [str(p) for p in files]
+        click.echo(json.dumps(out, indent=2))
+        return
+    _print_table(console, result)
+    _print_summary(console, result)
+    for path in files:
+        console.print(f"wrote {path}")

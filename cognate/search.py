@@ -1,0 +1,604 @@
+"""Search: rank a target's candidate schedules for one matrix with a cost model, verify the top.
+
+The matrix is featurized once; the candidates (spade: the whole 256-config space; cpu: a
+seeded WACO-recipe sample of tens of thousands of legal configs) are encoded and scored in
+batches, and ranked by score (lower = faster, DESIGN 8). ``verify`` measures the top-k and
+the baseline config with the target's own runner (real kernels, checked against scipy before
+a timing counts) and, on cpu, times the library reference (MKL) in a separate process.
+
+torch is imported inside the functions that need it so that ``cognate --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from cognate.config import Config
+from cognate.errors import CognateError
+from cognate.matrix import Matrix
+from cognate.paths import data_dir
+from cognate.runner import Measurement
+from cognate.space import Space
+from cognate.targets import Target, get_target
+
+DEFAULT_CANDIDATES = 20_000
+DEFAULT_SEED = 0
+SCORE_BATCH = 8192
+# Modules that register extra config encoders (e.g. the transfer autoencoder "ae") on import;
+# a checkpoint naming such an encoder loads only after its module has been imported.
+ENCODER_PLUGIN_MODULES: tuple[str, ...] = ("cognate.transfer.autoencoder",)
+
+
+# --- the model ------------------------------------------------------------------------------
+
+
+def shipped_model_path(target: str, op: str) -> Path:
+    """Where the shipped model for (target, op) lives: data/models/<target>-<op>.safetensors."""
+    return data_dir() / "models" / f"{target}-{op}.safetensors"
+
+
+def resolve_model_path(model: str | Path | None, target: str, op: str) -> Path:
+    """The model file to use; a missing file is a one-line error saying how to get one."""
+    if model is not None:
+        path = Path(model).expanduser()
+        if not path.is_file():
+            raise CognateError(f"{path}: no such model file")
+        return path
+    path = shipped_model_path(target, op)
+    if not path.is_file():
+        raise CognateError(
+            f"no shipped model for target {target}, op {op} ({path}); train one with "
+            f"`cognate pretrain --db STORE --target {target} --op {op} -o {path}` "
+            "(or scripts/train_shipped_models.sh), or pass --model PATH"
+        )
+    return path
+
+
+def _import_encoder_plugins() -> None:
+    for name in ENCODER_PLUGIN_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+
+
+@dataclass
+class LoadedModel:
+    """A cost model ready to score configs of one space."""
+
+    path: Path
+    model: Any  # cognate.model.predictor.CostModel
+    encoder: Any  # cognate.model.encoding.ConfigEncoder
+    metadata: dict[str, Any]
+
+
+def load_model(path: Path, space: Space) -> LoadedModel:
+    """Load a checkpoint for ``space`` (pretrained or finetuned: both use the same format)."""
+    from cognate.model.train import load_checkpoint, read_metadata
+
+    meta = read_metadata(path)
+    if (meta.get("target"), meta.get("op")) != (space.target, space.op):
+        raise CognateError(
+            f"{path}: model is for target {meta.get('target')}, op {meta.get('op')}, "
+            f"not {space.target}, {space.op}"
+        )
+    if "transfer" in meta:  # fine-tuned: the encoder is rebuilt from its transfer options
+        from cognate.transfer.finetune import load_transfer_model
+
+        model, encoder, meta = load_transfer_model(path, space)
+    else:
+        _import_encoder_plugins()
+        model, encoder, meta = load_checkpoint(path, space)
+    return LoadedModel(path, model, encoder, meta)
+
+
+# --- ranking --------------------------------------------------------------------------------
+
+
+@dataclass
+class Timings:
+    """Seconds spent per search phase (what scripts/bench_tune.py reports)."""
+
+    candidates_s: float = 0.0  # drawing the candidate set
+    featurize_s: float = 0.0  # the matrix embedding (once per matrix)
+    encode_s: float = 0.0  # config encodings
+    score_s: float = 0.0  # the predictor over all candidates
+    rank_s: float = 0.0  # sorting the scores
+    filter_s: float = 0.0  # checking that the top layouts fit the size limit (cpu)
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Candidate:
+    """One ranked config; ``runtime_s`` / ``status`` are set when it was measured."""
+
+    rank: int
+    config: Config
+    score: float
+    description: str
+    status: str | None = None
+    runtime_s: float | None = None
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "rank": self.rank,
+            "config": dict(self.config.knobs),
+            "description": self.description,
+            "hash": self.config.hash,
+            "score": self.score,
+        }
+        if self.status is not None:
+            out.update(status=self.status, runtime_s=self.runtime_s)
+            if self.error:
+                out["error"] = self.error
+        return out
+
+
+def candidate_set(space: Space, shape: tuple[int, int], n: int, seed: int) -> list[Config]:
+    """The space's search candidates plus its baseline, distinct, in a deterministic order."""
+    configs = space.candidates(n, seed, shape)
+    baseline = space.baseline(shape)
+    if baseline not in set(configs):
+        configs = [*configs, baseline]
+    return configs
+
+
+def score_configs(
+    loaded: LoadedModel,
+    matrix: Matrix,
+    configs: Sequence[Config],
+    width: int,
+    timings: Timings,
+    batch: int = SCORE_BATCH,
+) -> np.ndarray:
+    """Scores (lower = faster) of ``configs`` for ``matrix``: embed once, encode and score in
+    batches."""
+    import torch
+
+    with torch.inference_mode():
+        start = time.perf_counter()
+        embedding = loaded.model.featurizer.embed(matrix)
+        timings.featurize_s += time.perf_counter() - start
+        out = []
+        for lo in range(0, len(configs), batch):
+            start = time.perf_counter()
+            features = loaded.encoder.encode(configs[lo : lo + batch], matrix.shape, width)
+            middle = time.perf_counter()
+            out.append(loaded.model.score(embedding, width, features).float().numpy())
+            timings.encode_s += middle - start
+            timings.score_s += time.perf_counter() - middle
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+
+def rank(
+    loaded: LoadedModel,
+    space: Space,
+    matrix: Matrix,
+    width: int,
+    n_candidates: int = DEFAULT_CANDIDATES,
+    seed: int = DEFAULT_SEED,
+) -> tuple[list[Candidate], Timings]:
+    """All candidates ranked by predicted score (rank 1 = predicted fastest)."""
+    timings = Timings()
+    start = time.perf_counter()
+    configs = candidate_set(space, matrix.shape, n_candidates, seed)
+    timings.candidates_s = time.perf_counter() - start
+    scores = score_configs(loaded, matrix, configs, width, timings)
+    start = time.perf_counter()
+    order = np.argsort(scores, kind="stable")
+    timings.rank_s = time.perf_counter() - start
+    ranked = [
+        Candidate(r, configs[i], float(scores[i]), "") for r, i in enumerate(order.tolist(), 1)
+    ]
+    return ranked, timings
+
+
+def runnable_top(
+    ranked: Sequence[Candidate], matrix: Matrix, op: str, width: int, k: int, target: str
+) -> tuple[list[Candidate], int]:
+    """Copies of the first ``k`` ranked candidates that can run on this matrix, ranked 1..k
+    among themselves, and how many better-ranked ones were skipped. On cpu a layout may exceed the size limit (20 x nnz, as WACO refuses):
+    it depends on where the nonzeros fall, so it is checked by packing, top-down (a few
+    packs, not 20k). Other targets run every config of their space."""
+    if target != "cpu":
+        return [dataclasses.replace(c) for c in ranked[:k]], 0
+    from cognate.targets.cpu.pack import TooLarge, pack
+
+    top: list[Candidate] = []
+    skipped = 0
+    for candidate in ranked:
+        if len(top) == k:
+            break
+        try:
+            pack(matrix.csr, op, candidate.config.knobs, width=width)
+        except TooLarge:
+            skipped += 1
+            continue
+        top.append(dataclasses.replace(candidate, rank=len(top) + 1))
+    return top, skipped
+
+
+# --- verification ---------------------------------------------------------------------------
+
+
+def measure(
+    target: Target,
+    matrix: Matrix,
+    op: str,
+    width: int,
+    configs: Sequence[Config],
+    progress: Callable[[Measurement], None] | None = None,
+    runner_options: dict[str, Any] | None = None,
+) -> list[Measurement]:
+    """Measure ``configs`` with the target's runner (closed afterwards if it can be)."""
+    runner = target.runner(**(runner_options or {}))
+    try:
+        return runner.measure(matrix, op, width, configs, progress)
+    finally:
+        close = getattr(runner, "close", None)
+        if callable(close):
+            close()
+
+
+LIBRARY_NAMES = {"spmm": "mkl", "sddmm": "torch.sparse.sampled_addmm"}
+
+
+def library_runtime(matrix: Matrix, op: str, width: int, timeout_s: float = 300.0) -> float:
+    """Median seconds of the cpu library reference (SpMM: MKL via sparse_dot_mkl; SDDMM:
+    torch.sparse.sampled_addmm, since MKL has no SDDMM) for ``matrix`` at ``width``.
+
+    Runs in its own process: MKL's and torch's OpenMP runtimes can clash with each other
+    (DESIGN 11), and the timing then shares nothing with this process.
+    """
+    with tempfile.TemporaryDirectory(prefix="cognate-lib-") as tmp:
+        path = Path(tmp) / "a.npz"
+        sp.save_npz(path, matrix.csr, compressed=False)
+        cmd = [sys.executable, "-m", "cognate.search", "library", str(path), op, str(int(width))]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            name = LIBRARY_NAMES[op]
+            raise CognateError(f"library reference ({name}) took over {timeout_s:g} s") from None
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise CognateError(f"library reference ({LIBRARY_NAMES[op]}) failed: {why}")
+    return float(lines[-1])
+
+
+def _median_time(fn: Callable[[], Any], repeats: int = 7, min_sample_s: float = 2e-3) -> float:
+    """Median seconds per call: one warm-up, then ``repeats`` samples of enough calls each
+    to last ``min_sample_s`` (the cpu runner's rule, so the two timings compare)."""
+    start = time.perf_counter()
+    fn()
+    first = time.perf_counter() - start
+    calls = max(1, int(min_sample_s / max(first, 1e-9)) + 1) if first < min_sample_s else 1
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        samples.append((time.perf_counter() - start) / calls)
+    return float(np.median(samples))
+
+
+def _library_main(path: str, op: str, width: int) -> None:
+    """Entry of the library-timing process: print the median seconds on stdout."""
+    from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
+
+    csr = sp.load_npz(path).tocsr()
+    operands = dense_operands(op, csr.shape, width, seed=0)
+    if op == "spmm":
+        if "MKL_RT" not in os.environ:  # the pip `mkl` wheel puts libmkl_rt in the venv
+            found = sorted(Path(sys.prefix, "lib").glob("libmkl_rt.so*"))
+            if found:
+                os.environ["MKL_RT"] = str(found[-1])
+        from sparse_dot_mkl import dot_product_mkl
+
+        def run() -> np.ndarray:
+            return dot_product_mkl(csr, operands[0])
+
+        result = run()
+    else:
+        import torch
+
+        a = torch.sparse_csr_tensor(
+            torch.from_numpy(csr.indptr.astype(np.int64)),
+            torch.from_numpy(csr.indices.astype(np.int64)),
+            torch.from_numpy(csr.data),
+            size=csr.shape,
+        )
+        x, yt = torch.from_numpy(operands[0]), torch.from_numpy(operands[1]).T.contiguous()
+
+        def run() -> Any:
+            return torch.sparse.sampled_addmm(a, x, yt, beta=0.0)
+
+        result = run().values().numpy()
+    ref, tol = reference(csr, op, operands)
+    problem = mismatch(np.asarray(result), ref, 4 * tol)
+    if problem:  # a wrong reference must never produce a timing
+        raise SystemExit(f"library result wrong: {problem}")
+    print(_median_time(run))
+
+
+# --- the result -----------------------------------------------------------------------------
+
+
+@dataclass
+class TuneResult:
+    """What ``tune`` found: the top-k ranked configs, and measurements when verified."""
+
+    matrix: Matrix
+    target: str
+    op: str
+    width: int
+    candidates: list[Candidate]  # the top-k, best predicted first
+    baseline: Candidate  # the target's baseline config (rank = its rank among all scored)
+    n_scored: int
+    model_path: Path
+    timings: Timings
+    verified: bool = False
+    library: str | None = None
+    library_runtime_s: float | None = None
+    skipped_too_large: int = 0  # better-ranked cpu configs whose layout exceeds the limit
+    _kernels: dict[int, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def best(self) -> Candidate:
+        """Verified: the fastest measured of the top-k (rank 1 if none ran); else rank 1."""
+        measured = [c for c in self.candidates if c.status == "ok" and c.runtime_s]
+        if self.verified and measured:
+            return min(measured, key=lambda c: (c.runtime_s, c.rank))
+        return self.candidates[0]
+
+    @property
+    def config(self) -> Config:
+        """The chosen schedule."""
+        return self.best.config
+
+    @property
+    def speedup_vs_baseline(self) -> float | None:
+        best, base = self.best.runtime_s, self.baseline.runtime_s
+        return base / best if best and base and self.best.status == "ok" else None
+
+    @property
+    def speedup_vs_library(self) -> float | None:
+        best, lib = self.best.runtime_s, self.library_runtime_s
+        return lib / best if best and lib and self.best.status == "ok" else None
+
+    def kernel(self, *operands: np.ndarray) -> np.ndarray | sp.csr_matrix:
+        """Run the chosen schedule (cpu only). SpMM: ``kernel(B)`` -> dense A @ B; SDDMM:
+        ``kernel(X, Y)`` -> CSR with A's pattern, A * (X @ Y.T). A is packed once per width."""
+        if self.target != "cpu":
+            raise CognateError(f"a callable kernel exists for the cpu target, not {self.target}")
+        from cognate.targets.cpu.kernel import check_operands
+
+        width = check_operands(self.op, self.matrix.shape, operands)
+        if width not in self._kernels:
+            self._kernels[width] = _CpuKernel(self.matrix, self.op, self.config, width)
+        return self._kernels[width](operands)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object of ``cognate tune --json``."""
+        best = self.best
+        base = {"config": dict(self.baseline.config.knobs), "hash": self.baseline.config.hash}
+        base["description"] = self.baseline.description
+        base["rank"] = self.baseline.rank
+        base["score"] = self.baseline.score
+        if self.verified:
+            base.update(status=self.baseline.status, runtime_s=self.baseline.runtime_s)
+        out: dict[str, Any] = {
+            "matrix": self.matrix.name,
+            "matrix_sha256": self.matrix.sha256,
+            "shape": list(self.matrix.shape),
+            "nnz": self.matrix.nnz,
+            "target": self.target,
+            "op": self.op,
+            "width": self.width,
+            "model": str(self.model_path),
+            "scored": self.n_scored,
+            "skipped_too_large": self.skipped_too_large,
+            "verified": self.verified,
+            "baseline": base,
+            "candidates": [c.as_dict() for c in self.candidates],
+            "best": {
+                "rank": best.rank,
+                "config": dict(best.config.knobs),
+                "description": best.description,
+                "runtime_s": best.runtime_s,
+            },
+            "speedup_vs_baseline": self.speedup_vs_baseline,
+            "timings": self.timings.as_dict(),
+        }
+        if self.target == "cpu":
+            out["library"] = self.library or LIBRARY_NAMES[self.op]
+            out["library_runtime_s"] = self.library_runtime_s
+            out["speedup_vs_library"] = self.speedup_vs_library
+        return out
+
+
+class _CpuKernel:
+    """The chosen cpu schedule compiled for one dense width, with A packed once."""
+
+    def __init__(self, matrix: Matrix, op: str, config: Config, width: int) -> None:
+        from cognate.targets.cpu.codegen import compile_structure
+        from cognate.targets.cpu.pack import pack
+
+        self.matrix, self.op, self.knobs = matrix, op, dict(config.knobs)
+        self.packed = pack(matrix.csr, op, self.knobs, width=width)
+        self.lib_path = str(compile_structure(self.packed.structure))
+
+    def __call__(self, operands: Sequence[np.ndarray]) -> np.ndarray | sp.csr_matrix:
+        from cognate.targets.cpu.kernel import KernelCall
+
+        call = KernelCall(self.lib_path, self.packed, self.knobs, tuple(operands))
+        call()
+        out = call.result()
+        if self.op == "spmm":
+            return out.copy()
+        csr = self.matrix.csr
+        return sp.csr_matrix((out.copy(), csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
+
+
+# --- tune: the whole search -----------------------------------------------------------------
+
+
+def tune_matrix(
+    matrix: Matrix,
+    target: str = "cpu",
+    op: str = "spmm",
+    width: int = 64,
+    top_k: int = 5,
+    model: str | Path | None = None,
+    verify: bool = False,
+    n_candidates: int = DEFAULT_CANDIDATES,
+    seed: int = DEFAULT_SEED,
+    progress: Callable[[Measurement], None] | None = None,
+    runner_options: dict[str, Any] | None = None,
+) -> TuneResult:
+    """Rank the candidates of (target, op) for ``matrix``; with ``verify``, measure the top-k
+    and the baseline (and on cpu the library reference)."""
+    if not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= 4096:
+        raise CognateError(f"width must be an integer in 1..4096, got {width!r}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise CognateError(f"top-k must be a positive integer, got {top_k!r}")
+    the_target = get_target(target)
+    space = the_target.space(op)
+    loaded = load_model(resolve_model_path(model, target, op), space)
+    ranked, timings = rank(loaded, space, matrix, width, n_candidates, seed)
+    baseline_config = space.baseline(matrix.shape)
+    baseline = next(c for c in ranked if c.config == baseline_config)
+    start = time.perf_counter()
+    top, skipped = runnable_top(ranked, matrix, op, width, top_k, target)
+    timings.filter_s = time.perf_counter() - start
+    for candidate in [*top, baseline]:
+        candidate.description = space.describe(candidate.config)
+    result = TuneResult(matrix, target, op, width, top, baseline, len(ranked), loaded.path, timings)
+    result.skipped_too_large = skipped
+    if verify:
+        _verify(result, the_target, progress, runner_options)
+    return result
+
+
+def _verify(
+    result: TuneResult,
+    target: Target,
+    progress: Callable[[Measurement], None] | None,
+    runner_options: dict[str, Any] | None,
+) -> None:
+    todo = [c.config for c in result.candidates]
+    if result.baseline.config not in set(todo):
+        todo.append(result.baseline.config)
+    found = measure(target, result.matrix, result.op, result.width, todo, progress, runner_options)
+    by_hash = {m.config.hash: m for m in found}
+    for candidate in [*result.candidates, result.baseline]:
+        m = by_hash[candidate.config.hash]
+        candidate.status, candidate.runtime_s, candidate.error = m.status, m.runtime_s, m.error
+    result.verified = True
+    if result.target == "cpu":
+        result.library = LIBRARY_NAMES[result.op]
+        result.library_runtime_s = library_runtime(result.matrix, result.op, result.width)
+
+
+# --- emit -----------------------------------------------------------------------------------
+
+
+def _stem(result: TuneResult) -> str:
+    safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in result.matrix.name)
+    return f"{safe or 'matrix'}-{result.target}-{result.op}-{result.config.hash}"
+
+
+def emit(result: TuneResult, directory: str | Path) -> list[Path]:
+    """Write the chosen schedule: cpu: its generated C source (and the runtime arguments);
+    spade: the simulator configuration (machine + schedule) as YAML. Returns the files."""
+    import yaml
+
+    directory = Path(directory).expanduser()
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise CognateError(f"{directory}: cannot create the emit directory: {err}") from None
+    best, stem = result.best, _stem(result)
+    info = {
+        "matrix": result.matrix.name,
+        "target": result.target,
+        "op": result.op,
+        "width": result.width,
+        "config": dict(best.config.knobs),
+        "description": best.description,
+        "predicted_rank": best.rank,
+        "runtime_s": best.runtime_s,
+    }
+    if result.target == "cpu":
+        from cognate.targets.cpu.codegen import OP_LOOPS, generate_source, structure_of
+
+        # structure_of re-validates every knob against the whitelists before codegen.
+        source = generate_source(structure_of(result.op, best.config.knobs, result.width))
+        args = {k: best.config[k] for k in ("isplit", "ksplit", "jsplit", "chunk")}
+        header = (
+            f"/* cognate tune: {result.matrix.name}, {result.op}, width {result.width}\n"
+            f" * schedule: {best.description}\n"
+            f" * entry point {OP_LOOPS[result.op].function}; pass the runtime arguments "
+            + ", ".join(f"{k}={v}" for k, v in args.items())
+            + "\n * compile: cc -O3 -march=native -fopenmp -fPIC -shared */\n"
+        )
+        files = [directory / f"{stem}.c", directory / f"{stem}.json"]
+        _write(files[0], header + source)
+        _write(files[1], json.dumps({**info, "runtime_args": args}, indent=2) + "\n")
+        return files
+    if result.target == "spade":
+        from cognate.targets.spade.space import SpadeSpace
+
+        space = SpadeSpace(result.op)
+        schedule = space.schedule(best.config)
+        machine = _spade_machine(space)
+        doc = {**info, "schedule": dataclasses.asdict(schedule), "machine": machine}
+        path = directory / f"{stem}.yaml"
+        _write(path, yaml.safe_dump(doc, sort_keys=False))
+        return [path]
+    path = directory / f"{stem}.json"
+    _write(path, json.dumps(info, indent=2) + "\n")
+    return [path]
+
+
+def _spade_machine(space: Any) -> dict[str, Any]:
+    from cognate.targets.spade.simulator import load_machine
+
+    return load_machine(space.machine_name).model_dump(mode="json")
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text(text)
+        tmp.replace(path)
+    except OSError as err:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise CognateError(f"{path}: cannot write: {err}") from None
+
+
+if __name__ == "__main__":  # python -m cognate.search library NPZ OP WIDTH
+    if len(sys.argv) == 5 and sys.argv[1] == "library":
+        _library_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    else:
+        raise SystemExit("usage: python -m cognate.search library NPZ OP WIDTH")

@@ -1,0 +1,275 @@
+"""The cpu runner: validated timings of generated kernels, each run in an isolated worker.
+
+Per config: generate and compile the kernel (here, in the driver process), then in a
+worker process pack A, run once, compare with scipy (a mismatch is an ``error``, never a
+timing), warm up and take the median of repeated samples (spread = max - min). The
+worker is a separate process (cognate/targets/cpu/worker.py) so a kernel that crashes or
+hangs costs one record: the worker is killed or found dead and a fresh one starts for the
+next config.
+
+Also ``run_config``: run one config in-process and return the product (the Python API).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from cognate.config import Config
+from cognate.errors import CognateError
+from cognate.matrix import Matrix, canonicalize
+from cognate.runner import Measurement, ProgressFn, Runner
+from cognate.targets.cpu.codegen import LoopStructure, compile_structure, structure_of
+from cognate.targets.cpu.kernel import KernelCall, check_operands, runtime_knob
+from cognate.targets.cpu.pack import pack
+from cognate.targets.cpu.worker import one_line as _one_line
+
+
+def _knobs(config: Config | Mapping[str, Any]) -> Mapping[str, Any]:
+    return config.knobs if isinstance(config, Config) else config
+
+
+def prepare_kernel(
+    matrix: Matrix | sp.spmatrix | sp.sparray,
+    op: str,
+    config: Config | Mapping[str, Any],
+    *operands: np.ndarray,
+) -> KernelCall:
+    """Pack A and compile the kernel once; the result runs the product on each call.
+
+    The call reads the operand arrays in place (float32, C-contiguous ones are not copied),
+    so new values in them are picked up by the next call; ``.result()`` gives the output.
+    """
+    csr = matrix.csr if isinstance(matrix, Matrix) else canonicalize(matrix)
+    knobs = _knobs(config)
+    width = check_operands(op, csr.shape, operands)
+    packed = pack(csr, op, knobs, width=width)
+    return KernelCall(str(compile_structure(packed.structure)), packed, knobs, operands)
+
+
+def run_config(
+    matrix: Matrix | sp.spmatrix | sp.sparray,
+    op: str,
+    config: Config | Mapping[str, Any],
+    *operands: np.ndarray,
+) -> np.ndarray | sp.csr_matrix:
+    """Run one cpu config in this process and return the product.
+
+    SpMM: ``run_config(A, "spmm", cfg, B)`` -> dense ``A @ B`` (float32). SDDMM:
+    ``run_config(A, "sddmm", cfg, X, Y)`` -> CSR with A's pattern, ``A * (X @ Y.T)``.
+    Raises CognateError for a bad config, bad operands, or a layout over the size limit.
+    """
+    csr = matrix.csr if isinstance(matrix, Matrix) else canonicalize(matrix)
+    call = prepare_kernel(Matrix("A", csr), op, config, *operands)
+    call()
+    if op == "spmm":
+        return call.result()
+    return sp.csr_matrix((call.result(), csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
+
+
+# --- the driver side ------------------------------------------------------------------------
+
+
+def omp_threads() -> int:
+    """Threads the kernels run with: OMP_NUM_THREADS if set, else every core we may use."""
+    setting = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    return int(setting) if setting.isdigit() and int(setting) > 0 else len(os.sched_getaffinity(0))
+
+
+class _Lost(Exception):
+    """The worker died or missed a deadline; ``status`` says which record to write."""
+
+    def __init__(self, status: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class _Worker:
+    """One worker process (``python -m cognate.targets.cpu.worker``) and its socket."""
+
+    def __init__(self) -> None:
+        ours, theirs = socket.socketpair()
+        quiet = not os.environ.get("COGNATE_DEBUG")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "cognate.targets.cpu.worker", str(theirs.fileno())],
+            pass_fds=(theirs.fileno(),),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL if quiet else None,
+        )
+        theirs.close()
+        self.conn = Connection(ours.detach())
+        self.loaded: tuple[str, str, int] | None = None
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def send(self, message: tuple) -> None:
+        try:
+            self.conn.send(message)
+        except OSError as exc:
+            raise _Lost("error", f"worker gone: {exc}") from None
+
+    def receive(self, timeout_s: float, phase: str) -> tuple:
+        """The next message, or _Lost if the worker dies or takes longer than ``timeout_s``."""
+        try:
+            if self.conn.poll(timeout_s):
+                return self.conn.recv()
+        except (EOFError, OSError):  # the socket closed: the worker is exiting
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        else:
+            self.kill()
+            raise _Lost("timeout", f"{phase} exceeded {timeout_s:.3g} s")
+        self.kill()
+        code = self.process.returncode
+        why = f"signal {-code}" if code < 0 else f"exit code {code}"
+        raise _Lost("error", f"worker crashed in {phase} ({why})")
+
+    def kill(self) -> None:
+        if self.alive():
+            self.process.kill()
+        self.process.wait()
+        self.conn.close()
+
+    def stop(self) -> None:
+        try:
+            self.conn.send(("stop",))
+            self.process.wait(timeout=2)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+
+class CpuRunner(Runner):
+    """Measures cpu configs: compile here, validate and time in an isolated worker process.
+
+    ``timeout_s`` limits one kernel run (the validation run; timing of a slow kernel is
+    shortened to fit about the same budget); ``setup_timeout_s`` limits loading a matrix
+    (scipy reference) and packing A. A sample is one call, or several back to back when a
+    call is shorter than ``min_sample_s``; short samples let the median reject the ones a
+    busy machine preempted. Threads: OMP_NUM_THREADS, else all cores (on a shared machine
+    OMP_WAIT_POLICY=passive keeps spinning threads from wasting descheduled peers' slices).
+    """
+
+    target = "cpu"
+
+    def __init__(
+        self,
+        repeats: int = 7,
+        warmup: int = 1,
+        timeout_s: float = 10.0,
+        min_sample_s: float = 5e-4,
+        setup_timeout_s: float = 300.0,
+    ) -> None:
+        if repeats < 1 or warmup < 0 or timeout_s <= 0 or min_sample_s < 0:
+            raise CognateError("cpu runner: need repeats >= 1, warmup >= 0, timeout_s > 0")
+        self.repeats, self.warmup, self.timeout_s = int(repeats), int(warmup), float(timeout_s)
+        self.min_sample_s, self.setup_timeout_s = float(min_sample_s), float(setup_timeout_s)
+        self._worker: _Worker | None = None
+
+    # The kernel for a config: tests override this to inject a deliberately bad library.
+    def build(self, op: str, config: Config, width: int) -> tuple[str, dict[str, Any]]:
+        """Compile (or find cached) the kernel of ``config`` specialised to ``width``; return
+        its path and counters."""
+        structure: LoopStructure = structure_of(op, config.knobs, width)
+        for knob in ("isplit", "jsplit", "ksplit", "chunk"):
+            runtime_knob(config.knobs, knob)
+        start = time.perf_counter()
+        path = compile_structure(structure)
+        return str(path), {"compile_s": time.perf_counter() - start}
+
+    def measure(
+        self,
+        matrix: Matrix,
+        op: str,
+        width: int,
+        configs: Sequence[Config],
+        progress: ProgressFn | None = None,
+    ) -> list[Measurement]:
+        results = []
+        for config in configs:
+            result = self._measure_one(matrix, op, width, config)
+            results.append(result)
+            if progress is not None:
+                progress(result)
+        return results
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def _ready_worker(self, matrix: Matrix, op: str, width: int) -> _Worker:
+        key = (matrix.sha256, op, int(width))
+        if self._worker is None or not self._worker.alive():
+            self._worker = _Worker()
+        if self._worker.loaded != key:
+            csr = matrix.csr
+            self._worker.send(("load", csr.indptr, csr.indices, csr.data, csr.shape, op, width))
+            reply = self._worker.receive(self.setup_timeout_s, "loading the matrix")
+            if reply[0] != "loaded":
+                raise _Lost("error", f"loading the matrix: {reply[1]}")
+            self._worker.loaded = key
+        return self._worker
+
+    def _measure_one(self, matrix: Matrix, op: str, width: int, config: Config) -> Measurement:
+        counters: dict[str, Any] = {"threads": omp_threads()}
+        try:
+            lib_path, build_counters = self.build(op, config, width)
+        except CognateError as exc:
+            return Measurement(config, "error", counters=counters, error=_one_line(exc))
+        counters.update(build_counters)
+        job = {
+            "lib_path": lib_path,
+            "knobs": dict(config.knobs),
+            "warmup": self.warmup,
+            "repeats": self.repeats,
+            "timeout_s": self.timeout_s,
+            "min_sample_s": self.min_sample_s,
+        }
+        try:
+            return self._run(self._ready_worker(matrix, op, width), job, config, counters)
+        except _Lost as lost:
+            if self._worker is not None and not self._worker.alive():
+                self._worker.kill()
+                self._worker = None  # a fresh worker for the next config
+            return Measurement(config, lost.status, counters=counters, error=_one_line(lost))  # type: ignore[arg-type]
+
+    def _run(
+        self, worker: _Worker, job: dict[str, Any], config: Config, counters: dict[str, Any]
+    ) -> Measurement:
+        worker.send(("run", job))
+        reply = worker.receive(self.setup_timeout_s, "packing")
+        if reply[0] == "too_large":
+            return Measurement(config, "too_large", counters=counters, error=reply[1])
+        if reply[0] == "error":
+            return Measurement(config, "error", counters=counters, error=reply[1])
+        counters.update(reply[1])
+        reply = worker.receive(self.timeout_s, "the validation run")
+        if reply[0] == "error":
+            return Measurement(config, "error", counters=counters, error=reply[1])
+        planned_s = reply[2]
+        reply = worker.receive(3 * planned_s + self.timeout_s + 5.0, "timing")
+        if reply[0] == "error":
+            return Measurement(config, "error", counters=counters, error=reply[1])
+        _, runtime_s, spread_s, timing = reply
+        counters.update(timing)
+        return Measurement(config, "ok", runtime_s=runtime_s, spread_s=spread_s, counters=counters)

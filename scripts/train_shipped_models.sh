@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Regenerate the shipped cost models in data/models/ from a record store, with the repo's own
+# commands, and write a provenance file beside each model.
+#
+#   scripts/train_shipped_models.sh [--db PATH] [--out DIR] [--preset NAME] [--epochs N]
+#                                   [--spade finetune|pretrain] [--spade-matrices N]
+#
+# Per op (spmm, sddmm):
+#   cpu-<op>   = cognate pretrain on the store's cpu records
+#   spade-<op> = cognate finetune of cpu-<op> on the spade records (the COGNATE recipe), or,
+#                with --spade pretrain / when there is no cpu model, cognate pretrain on the
+#                spade records directly.
+# A (target, op) without records in the store is skipped with a message, not an error.
+# The store is snapshotted first (sqlite3 .backup), so a collection may keep writing to it.
+# Each model gets <model>.provenance.json: command, data size, validation metrics, git revision.
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PY="${PYTHON:-$REPO/../venv/bin/python}"
+[ -x "$PY" ] || PY="$(command -v python3)"
+DB="${COGNATE_DB:-$REPO/../records/records.db}"
+OUT="$REPO/data/models"
+PRESET=waco
+EPOCHS=""
+SPADE_MODE=finetune
+SPADE_MATRICES=""
+
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --db) DB="$2"; shift 2 ;;
+    --out) OUT="$2"; shift 2 ;;
+    --preset) PRESET="$2"; shift 2 ;;
+    --epochs) EPOCHS="$2"; shift 2 ;;
+    --spade) SPADE_MODE="$2"; shift 2 ;;
+    --spade-matrices) SPADE_MATRICES="$2"; shift 2 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    *) echo "train_shipped_models.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+case "$SPADE_MODE" in finetune|pretrain) ;; *)
+  echo "train_shipped_models.sh: --spade must be finetune or pretrain" >&2; exit 2 ;;
+esac
+[ -f "$DB" ] || { echo "train_shipped_models.sh: $DB: no such record store" >&2; exit 1; }
+
+mkdir -p "$OUT"
+WORK="$(mktemp -d)"
+trap 'rm -rf "$WORK"' EXIT
+SNAP="$WORK/records.db"
+# A consistent copy even while a collector writes (WAL): sqlite's online backup.
+"$PY" -c "import sqlite3,sys; s=sqlite3.connect(sys.argv[1]); d=sqlite3.connect(sys.argv[2]); s.backup(d); d.close(); s.close()" "$DB" "$SNAP"
+
+cognate() { "$PY" -m cognate "$@"; }
+
+ok_records() {  # target op -> number of ok records
+  "$PY" - "$SNAP" "$1" "$2" <<'EOF'
+import sys
+from cognate.store import Store
+with Store(sys.argv[1]) as store:
+    frame = store.frame(target=sys.argv[2], op=sys.argv[3], status="ok")
+print(len(frame))
+EOF
+}
+
+provenance() {  # model command... -> writes <model minus .safetensors>.provenance.json
+  local model="$1"; shift
+  "$PY" - "$model" "$DB" "$SNAP" "$REPO" "$@" <<'EOF'
+import datetime, json, subprocess, sys
+from pathlib import Path
+from cognate.model.train import read_metadata
+from cognate.store import Store
+
+model, db, snap, repo, *command = sys.argv[1:]
+command = [db if arg == snap else arg for arg in command]  # name the store, not the snapshot
+meta = read_metadata(model)
+with Store(snap) as store:
+    frame = store.frame(target=meta["target"], op=meta["op"], status="ok")
+frame = frame[frame["space_version"] == meta["space"]["version"]]
+
+def git(*args):
+    try:
+        return subprocess.run(["git", "-C", repo, *args], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+split = meta.get("split", {})
+doc = {
+    "model": Path(model).name,
+    "command": " ".join(["cognate", *command]),
+    "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    "git_revision": git("rev-parse", "HEAD"),
+    "git_dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+    "records_db": db,
+    "data": {
+        "ok_records": int(len(frame)),
+        "matrices": int(frame["matrix_sha256"].nunique()) if len(frame) else 0,
+        "widths": sorted(int(w) for w in frame["width"].unique()) if len(frame) else [],
+        "split_sizes": {k: len(v) for k, v in split.items() if isinstance(v, list)},
+    },
+    "target": meta["target"],
+    "op": meta["op"],
+    "space": meta["space"],
+    "preset": meta["preset"]["name"],
+    "encoder": meta["encoder"],
+    "validation": meta.get("metrics", {}).get("best"),
+    "test": meta.get("metrics", {}).get("test"),
+    "transfer": {k: v for k, v in meta.get("transfer", {}).items() if k != "copied"} or None,
+}
+out = Path(model).with_suffix(".provenance.json")
+out.write_text(json.dumps(doc, indent=2) + "\n")
+print(f"provenance: {out}")
+EOF
+}
+
+epochs_args=()
+[ -n "$EPOCHS" ] && epochs_args=(--epochs "$EPOCHS")
+
+for op in spmm sddmm; do
+  cpu_model="$OUT/cpu-$op.safetensors"
+  if [ "$(ok_records cpu "$op")" -gt 0 ]; then
+    cmd=(pretrain --db "$SNAP" --target cpu --op "$op" --preset "$PRESET" "${epochs_args[@]}" -o "$cpu_model")
+    echo "== cognate ${cmd[*]}"
+    cognate "${cmd[@]}"
+    provenance "$cpu_model" "${cmd[@]}"
+  else
+    echo "== cpu $op: no ok records in $DB, skipped"
+  fi
+
+  spade_model="$OUT/spade-$op.safetensors"
+  if [ "$(ok_records spade "$op")" -eq 0 ]; then
+    echo "== spade $op: no ok records in $DB, skipped"
+    continue
+  fi
+  if [ "$SPADE_MODE" = finetune ] && [ -f "$cpu_model" ] && cognate finetune --help >/dev/null 2>&1; then
+    cmd=(finetune --model "$cpu_model" --db "$SNAP" --target spade --op "$op" "${epochs_args[@]}" -o "$spade_model")
+    [ -n "$SPADE_MATRICES" ] && cmd+=(--matrices "$SPADE_MATRICES")
+  else
+    cmd=(pretrain --db "$SNAP" --target spade --op "$op" --preset "$PRESET" "${epochs_args[@]}" -o "$spade_model")
+  fi
+  echo "== cognate ${cmd[*]}"
+  cognate "${cmd[@]}"
+  provenance "$spade_model" "${cmd[@]}"
+done
+ls -l "$OUT"

@@ -1,0 +1,269 @@
+"""``cognate tune`` and ``cognate.tune``: ranking, verify, emit, the cpu kernel, errors.
+
+The models are trained here (tiny preset, few epochs) on real measurements of small shared
+matrices: every spade config simulated, a few cpu configs timed on real kernels.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+import yaml
+
+import cognate
+from cognate.build import compile_c
+from cognate.cli import run as cli_run
+from cognate.cli.pretrain import load_runs
+from cognate.collect import collect
+from cognate.errors import CognateError
+from cognate.io import load_matrix
+from cognate.model.preset import preset_from_dict
+from cognate.model.train import save_checkpoint, train
+from cognate.search import load_model
+from cognate.targets import get_target
+from cognate.targets.spade.simulator import Machine, simulate, tile
+
+WIDTH = 32
+SPADE_TRAIN = ("494_bus", "olm500", "west0479", "bp_1200")
+CPU_TRAIN = ("494_bus", "west0479", "olm500")
+TUNED = "dwt_878"  # not in either training set
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors: on a shared 2-core machine OpenMP spinning costs far more than it gives."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_preset():
+    return preset_from_dict(
+        "tiny",
+        {
+            "featurizer": {"channels": [4, 4, 4], "embed_hidden": [16], "embedding_dim": 8},
+            "predictor": {"hidden": [32]},
+            "train": {"epochs": 3, "patience": 3, "configs_per_step": 64, "val_fraction": 0.34},
+        },
+    )
+
+
+def _train_model(target: str, op: str, db: Path, out: Path) -> Path:
+    space = get_target(target).space(op)
+    result = train(load_runs(db, space), space, tiny_preset(), seed=0)
+    return save_checkpoint(out, result.model, result.metadata)
+
+
+def _files(shared: Path, names: tuple[str, ...]) -> list[Path]:
+    return [shared / "matrices" / "suitesparse" / f"{n}.mtx.gz" for n in names]
+
+
+@pytest.fixture(scope="module")
+def spade_model(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("spade-model")
+    files = _files(shared, SPADE_TRAIN)
+    summary = collect("spade", "spmm", WIDTH, files, db_path=tmp / "r.db", all_configs=True, jobs=1)
+    assert summary.exit_code == 0 and summary.statuses["ok"] == 256 * len(files)
+    return _train_model("spade", "spmm", tmp / "r.db", tmp / "spade-spmm.safetensors")
+
+
+@pytest.fixture(scope="module")
+def cpu_model(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("cpu-model")
+    files = _files(shared, CPU_TRAIN)
+    options = {"repeats": 3}
+    summary = collect(
+        "cpu", "spmm", WIDTH, files, db_path=tmp / "r.db", n_configs=8, runner_options=options
+    )
+    assert summary.statuses["ok"] >= 2 * len(files)
+    return _train_model("cpu", "spmm", tmp / "r.db", tmp / "cpu-spmm.safetensors")
+
+
+@pytest.fixture(scope="module")
+def tuned(shared: Path) -> Path:
+    return _files(shared, (TUNED,))[0]
+
+
+def run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        cli_run(args)
+    out, err = capsys.readouterr()
+    return int(exit_info.value.code or 0), out, err
+
+
+def tune_json(args: list[str], capsys: pytest.CaptureFixture[str]) -> dict:
+    code, out, err = run_cli(["tune", *args, "--json"], capsys)
+    assert code == 0, err
+    return json.loads(out)
+
+
+# --- ranking --------------------------------------------------------------------------------
+
+
+def test_json_schema_and_top_k_are_the_lowest_scores(spade_model, tuned, capsys) -> None:
+    args = [str(tuned), "--target", "spade", "--width", str(WIDTH), "--model", str(spade_model)]
+    got = tune_json([*args, "--top-k", "7"], capsys)
+    for key in ("matrix", "target", "op", "width", "baseline", "candidates", "best"):
+        assert key in got
+    assert "speedup_vs_baseline" in got and "speedup_vs_library" not in got  # spade: no library
+    assert (got["matrix"], got["target"], got["op"], got["width"]) == (TUNED, "spade", "spmm", 32)
+    assert got["scored"] == 256 and not got["verified"]
+    space = get_target("spade").space("spmm")
+    assert got["baseline"]["config"] == dict(space.baseline((1, 1)).knobs)
+    cands = got["candidates"]
+    assert [c["rank"] for c in cands] == list(range(1, 8))
+    assert all({"rank", "config", "score"} <= set(c) and "runtime_s" not in c for c in cands)
+    assert got["best"]["config"] == cands[0]["config"] and got["best"]["runtime_s"] is None
+
+    # Independently: the model's own predict over the whole space, sorted.
+    loaded = load_model(spade_model, space)
+    configs = space.all_configs()
+    scores = loaded.model.predict(load_matrix(tuned), configs, WIDTH, loaded.encoder)
+    lowest = np.sort(scores)[:7]
+    np.testing.assert_allclose([c["score"] for c in cands], lowest, rtol=1e-5, atol=1e-6)
+    by_hash = {c.hash: s for c, s in zip(configs, scores, strict=True)}
+    for c in cands:
+        assert by_hash[c["hash"]] == pytest.approx(c["score"], rel=1e-5, abs=1e-6)
+        assert space.validate(c["config"]).hash == c["hash"]
+
+
+# --- verify and emit ------------------------------------------------------------------------
+
+
+def test_spade_verify_is_consistent_and_emit_reproduces_the_runtime(
+    spade_model, tuned, tmp_path, capsys
+) -> None:
+    args = [str(tuned), "--target", "spade", "--width", str(WIDTH), "--model", str(spade_model)]
+    got = tune_json([*args, "--verify", "--emit", str(tmp_path)], capsys)
+    cands = got["candidates"]
+    assert got["verified"] and all(c["status"] == "ok" and c["runtime_s"] > 0 for c in cands)
+    # The simulator is deterministic: the reported runtimes are the runner's own.
+    matrix = load_matrix(tuned)
+    space = get_target("spade").space("spmm")
+    todo = [space.validate(c["config"]) for c in cands] + [space.baseline(matrix.shape)]
+    direct = [m.runtime_s for m in get_target("spade").runner().measure(matrix, "spmm", 32, todo)]
+    assert [c["runtime_s"] for c in cands] == direct[:-1]
+    assert got["baseline"]["runtime_s"] == direct[-1]
+    best = min(cands, key=lambda c: c["runtime_s"])
+    assert got["best"]["runtime_s"] == best["runtime_s"]
+    assert got["speedup_vs_baseline"] == pytest.approx(direct[-1] / best["runtime_s"])
+
+    (path,) = (Path(p) for p in got["emitted"])
+    doc = yaml.safe_load(path.read_text())
+    assert doc["config"] == got["best"]["config"]
+    schedule = space.schedule(space.validate(doc["config"]))
+    assert doc["schedule"] == {**schedule.__dict__}
+    machine = Machine.model_validate(doc["machine"])
+    sim = simulate(
+        matrix.csr, "spmm", WIDTH, schedule, machine, tile(matrix.csr, schedule.rp, schedule.cp)
+    )
+    assert sim.seconds == pytest.approx(got["best"]["runtime_s"], rel=1e-12)
+
+
+def test_cpu_verify_measures_and_emits_compilable_c(cpu_model, tuned, tmp_path, capsys) -> None:
+    args = [str(tuned), "--target", "cpu", "--width", str(WIDTH), "--model", str(cpu_model)]
+    got = tune_json(
+        [*args, "--top-k", "2", "--candidates", "3000", "--verify", "--emit", str(tmp_path)], capsys
+    )
+    assert got["scored"] >= 3000 and got["library"] == "mkl"
+    cands, base = got["candidates"], got["baseline"]
+    # Layouts over the size limit are skipped before verify, never offered.
+    assert got["skipped_too_large"] >= 0
+    assert all(c["status"] in ("ok", "error", "timeout") for c in cands)
+    assert base["status"] == "ok" and base["runtime_s"] > 0
+    assert got["library_runtime_s"] > 0
+    ok = [c for c in cands if c["status"] == "ok"]
+    if ok:
+        best = min(ok, key=lambda c: c["runtime_s"])
+        assert got["best"]["config"] == best["config"]
+        assert got["speedup_vs_baseline"] == pytest.approx(base["runtime_s"] / best["runtime_s"])
+        assert got["speedup_vs_library"] == pytest.approx(
+            got["library_runtime_s"] / best["runtime_s"]
+        )
+    else:
+        assert got["speedup_vs_baseline"] is None
+    c_file = next(Path(p) for p in got["emitted"] if p.endswith(".c"))
+    assert "cognate_spmm" in c_file.read_text()
+    assert compile_c(c_file.read_text()).is_file()  # the real compiler accepts it
+
+
+# --- the Python API -------------------------------------------------------------------------
+
+
+def test_api_kernel_equals_scipy(cpu_model, tuned) -> None:
+    a = sp.random(300, 200, density=0.03, format="csr", random_state=np.random.default_rng(1))
+    result = cognate.tune(a, target="cpu", width=16, top_k=3, model=cpu_model, candidates=500)
+    assert isinstance(result, cognate.TuneResult)
+    assert [c.rank for c in result.candidates] == [1, 2, 3]
+    assert result.config == result.candidates[0].config  # unverified: the predicted best
+    rng = np.random.default_rng(2)
+    for width in (16, 5):  # another width: packed and compiled again
+        b = rng.uniform(-1, 1, (200, width)).astype(np.float32)
+        np.testing.assert_allclose(result.kernel(b), a.astype(np.float32) @ b, rtol=1e-4, atol=1e-5)
+    with pytest.raises(CognateError, match="dense operand"):
+        result.kernel(np.zeros((7, 4), dtype=np.float32))
+    from_path = cognate.tune(
+        tuned, target="cpu", width=16, top_k=1, model=cpu_model, candidates=200
+    )
+    assert from_path.matrix.name == TUNED
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+def test_missing_shipped_model_is_one_line(tuned, tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr("cognate.search.data_dir", lambda: tmp_path)
+    code, out, err = run_cli(["tune", str(tuned), "--target", "spade"], capsys)
+    assert code == 1 and out == ""
+    assert len(err.strip().splitlines()) == 1
+    assert "no shipped model for target spade, op spmm" in err and "cognate pretrain" in err
+
+
+def test_bad_inputs_are_one_line(spade_model, cpu_model, tuned, tmp_path, capsys) -> None:
+    cases = [
+        ([str(tuned), "--model", str(tmp_path / "none.safetensors")], "no such model file"),
+        ([str(tuned), "--target", "spade", "--model", str(cpu_model)], "model is for target cpu"),
+        ([str(tmp_path / "missing.mtx"), "--model", str(spade_model)], "missing.mtx"),
+    ]
+    garbage = tmp_path / "garbage.safetensors"
+    garbage.write_bytes(b"not a model")
+    cases.append(([str(tuned), "--model", str(garbage)], "garbage.safetensors"))
+    for args, needle in cases:
+        code, out, err = run_cli(["tune", *args], capsys)
+        assert code == 1 and len(err.strip().splitlines()) == 1, err
+        assert needle in err and "Traceback" not in err
+
+
+def test_sddmm_kernel_of_a_result_equals_scipy(tuned) -> None:
+    """The SDDMM path of result.kernel(X, Y), on the cpu space's baseline and a tiled config."""
+    from cognate.search import Candidate, Timings, TuneResult
+
+    matrix = load_matrix(tuned)
+    space = get_target("cpu").space("sddmm")
+    tiled = space.sample(40, seed=3, shape=matrix.shape)
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-1, 1, (matrix.shape[0], 8)).astype(np.float32)
+    y = rng.uniform(-1, 1, (matrix.shape[1], 8)).astype(np.float32)
+    a = matrix.csr.astype(np.float64)
+    want = a.multiply(x.astype(np.float64) @ y.astype(np.float64).T).tocsr()
+    checked = 0
+    for config in [space.baseline(matrix.shape), *tiled]:
+        base = Candidate(1, config, 0.0, space.describe(config))
+        result = TuneResult(matrix, "cpu", "sddmm", 8, [base], base, 1, Path("-"), Timings())
+        try:
+            got = result.kernel(x, y)
+        except CognateError as err:  # a layout over the size limit: refused, never wrong
+            assert "over the limit" in str(err)
+            continue
+        assert (got.indptr == want.indptr).all() and (got.indices == want.indices).all()
+        np.testing.assert_allclose(got.data, want.data, rtol=1e-4, atol=1e-5)
+        checked += 1
+        if checked == 3:
+            break
+    assert checked == 3
