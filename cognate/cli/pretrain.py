@@ -1,0 +1,154 @@
+"""``cognate pretrain``: train the cost model on a store's ok records of one target and op."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+import pandas as pd
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from cognate.errors import CognateError
+from cognate.io import load_matrix
+from cognate.matrix import Matrix
+from cognate.model.preset import load_preset, preset_names
+from cognate.model.train import MatrixRuns, runs_from_frame, save_checkpoint, train
+from cognate.space import Space
+from cognate.targets import KNOWN_TARGETS, OPS, get_target
+
+
+def register(main: click.Group, data: click.Group) -> None:
+    main.add_command(pretrain)
+
+
+def load_record_matrix(row: pd.Series) -> Matrix:
+    """Re-load a record's matrix from its source file and check it is the one measured."""
+    source = str(row["source"])
+    if not source or not Path(source).is_file():
+        raise CognateError(
+            f"matrix {row['matrix']}: its source {source!r} is not a readable file "
+            "(re-fetch or regenerate it at that path)"
+        )
+    matrix = load_matrix(source)
+    if matrix.sha256 != row["matrix_sha256"]:
+        raise CognateError(f"{source}: the file changed since matrix {row['matrix']} was measured")
+    return matrix
+
+
+def load_runs(db: Path, space: Space) -> list[MatrixRuns]:
+    """The store's ok records for ``space`` (current version only), grouped per matrix and width."""
+    from cognate.store import Store  # the store pulls in pandas/sqlite: only when needed
+
+    if not db.is_file():
+        raise CognateError(f"{db}: no such record store")
+    with Store(db) as store:
+        frame = store.frame(target=space.target, op=space.op, status="ok")
+    if frame.empty:
+        raise CognateError(f"{db}: no ok records for target {space.target}, op {space.op}")
+    current = frame[frame["space_version"] == space.version]
+    if current.empty:
+        versions = ", ".join(sorted(set(frame["space_version"])))
+        raise CognateError(
+            f"{db}: records of {space.name} are from space version(s) {versions}, "
+            f"not the current {space.version}; collect again"
+        )
+    return runs_from_frame(current, space, load_record_matrix)
+
+
+def _progress_bar(console: Console) -> Progress:
+    return Progress(
+        TextColumn("epoch {task.fields[epoch]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[status]}"),
+        TimeElapsedColumn(),
+        console=console,
+    )
+
+
+@click.command()
+@click.option("--db", "db", type=click.Path(path_type=Path), required=True, help="Record store.")
+@click.option("--target", type=click.Choice(KNOWN_TARGETS), required=True)
+@click.option("--op", type=click.Choice(OPS), required=True)
+@click.option("--preset", default="waco", show_default=True, help="Preset of configs/model.yaml.")
+@click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the preset.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="torch threads (default: torch's). On a busy machine 1 is often fastest.",
+)
+@click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Model file.")
+def pretrain(
+    db: Path,
+    target: str,
+    op: str,
+    preset: str,
+    epochs: int | None,
+    seed: int,
+    threads: int | None,
+    output: Path,
+) -> None:
+    """Train a cost model (featurizer + ranking predictor) on measured runtimes.
+
+    Matrices are split into train and validation by a seeded draw; the model of the best
+    validation epoch is written as safetensors with its metadata. Scores: lower = faster.
+    """
+    if preset not in preset_names():
+        raise CognateError(
+            f"unknown preset {preset!r}; expected one of {', '.join(preset_names())}"
+        )
+    spec = load_preset(preset).with_train(epochs=epochs)
+    if threads:
+        torch.set_num_threads(threads)
+    space = get_target(target).space(op)
+    console = Console(stderr=True)
+    runs = load_runs(db, space)
+    n_matrices = len({r.key for r in runs})
+    console.print(
+        f"{n_matrices} matrices, {len(runs)} (matrix, width) groups, "
+        f"{sum(len(r.configs) for r in runs)} configs; preset {preset}, seed {seed}"
+    )
+    with _progress_bar(console) as bar:
+        task = bar.add_task("train", total=None, epoch=0, status="")
+
+        def progress(epoch: int, step: int, total: int, metrics: dict[str, float] | None) -> None:
+            status = ""
+            if metrics is not None:
+                status = (
+                    f"val acc {metrics['pairwise_accuracy']:.3f} "
+                    f"top1 {metrics['top1']:.3f}x top5 {metrics['top5']:.3f}x "
+                    f"oracle {metrics['oracle']:.3f}x"
+                )
+                bar.console.print(f"epoch {epoch}: {status}")
+            bar.update(
+                task,
+                completed=step,
+                total=total,
+                epoch=epoch,
+                **({"status": status} if status else {}),
+            )
+
+        result = train(runs, space, spec, seed=seed, progress=progress)
+    save_checkpoint(output, result.model, result.metadata)
+    _print_summary(console, result.metadata, output)
+
+
+def _print_summary(console: Console, meta: dict, output: Path) -> None:
+    best = meta["metrics"]["best"]
+    table = Table(title=f"validation, best epoch {best['epoch']}")
+    for column in ("pairwise acc", "top-1", "top-5", "oracle", "top-5 / oracle"):
+        table.add_column(column, justify="right")
+    table.add_row(
+        f"{best['pairwise_accuracy']:.3f}",
+        f"{best['top1']:.3f}x",
+        f"{best['top5']:.3f}x",
+        f"{best['oracle']:.3f}x",
+        f"{100 * best['top5_of_oracle']:.1f}%",
+    )
+    console.print(table)
+    console.print(f"model written to {output}")

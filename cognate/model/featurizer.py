@@ -1,0 +1,144 @@
+"""The matrix featurizer: a sparse-convolution embedding of the nonzero pattern.
+
+Layer 0: kernel ``first_kernel``, stride 1; every later layer: kernel ``kernel``, stride 2;
+ReLU after each; global average pooling after each, concatenated with log2 (rows, cols,
+nnz), then an MLP to ``embedding_dim`` (WACO's design, DESIGN section 6). The input
+feature of every nonzero is 1: the pattern, not the values, decides a schedule's speed.
+Both backends share the same parameters and agree to float rounding.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from cognate.errors import CognateError
+from cognate.matrix import Matrix
+from cognate.model import sparseconv
+from cognate.model.preset import FeaturizerSpec
+from cognate.model.sparseconv import PointSet
+
+# log2 of rows/cols/nnz is divided by this so the scalars are O(1) like the pooled features.
+LOG_SCALE = 16.0
+
+
+def matrix_points(matrix: Matrix) -> PointSet:
+    """The nonzero coordinates of ``matrix`` (already sorted and unique in canonical CSR)."""
+    csr = matrix.csr
+    rows = np.repeat(np.arange(csr.shape[0], dtype=np.int64), np.diff(csr.indptr))
+    cols = csr.indices.astype(np.int64)
+    grid = (int(csr.shape[0]), int(csr.shape[1]))
+    rows_t, cols_t = torch.from_numpy(rows), torch.from_numpy(cols)
+    return PointSet(rows_t, cols_t, grid, rows_t * grid[1] + cols_t)
+
+
+def matrix_scalars(shape: tuple[int, int], nnz: int) -> torch.Tensor:
+    """log2 (rows, cols, nnz), scaled."""
+    values = [math.log2(max(v, 1)) / LOG_SCALE for v in (shape[0], shape[1], nnz)]
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def resolve_backend(backend: str) -> str:
+    """``auto`` -> minkowski when importable, else torch; an unusable request is an error."""
+    if backend == "auto":
+        return "minkowski" if sparseconv.minkowski() is not None else "torch"
+    if backend not in sparseconv.BACKENDS:
+        raise CognateError(
+            f"unknown featurizer backend {backend!r}; expected auto, "
+            + ", ".join(sparseconv.BACKENDS)
+        )
+    if backend == "minkowski" and sparseconv.minkowski() is None:
+        raise CognateError(f"MinkowskiEngine is not importable: {sparseconv.minkowski_error()}")
+    return backend
+
+
+def mlp(sizes: list[int]) -> nn.Sequential:
+    """Linear layers of the given widths with ReLU between them (none after the last)."""
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class Featurizer(nn.Module):
+    """Matrix -> embedding. Weights: ``conv{l}.weight`` [k*k, in, out], ``conv{l}.bias``."""
+
+    def __init__(self, spec: FeaturizerSpec) -> None:
+        super().__init__()
+        self.spec = spec
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        c_in = 1
+        for layer, c_out in enumerate(spec.channels):
+            k = spec.first_kernel if layer == 0 else spec.kernel
+            # He initialisation over the kernel's fan-in, as for a dense conv + ReLU.
+            std = math.sqrt(2.0 / (k * k * c_in))
+            self.weights.append(nn.Parameter(torch.randn(k * k, c_in, c_out) * std))
+            self.biases.append(nn.Parameter(torch.zeros(c_out)))
+            c_in = c_out
+        self.mlp = mlp([sum(spec.channels) + 3, *spec.embed_hidden, spec.embedding_dim])
+
+    @property
+    def dim(self) -> int:
+        return self.spec.embedding_dim
+
+    def layers(self) -> list[tuple[int, int]]:
+        """(kernel, stride) of every layer."""
+        spec = self.spec
+        return [(spec.first_kernel, 1)] + [(spec.kernel, 2)] * (len(spec.channels) - 1)
+
+    def plan(self, points: PointSet) -> list[sparseconv.KernelMap]:
+        """The torch backend's kernel maps for ``points`` (reusable while points are fixed)."""
+        return sparseconv.plan_maps(points, self.layers())
+
+    def pooled(
+        self,
+        points: PointSet,
+        backend: str = "auto",
+        plan: list[sparseconv.KernelMap] | None = None,
+    ) -> torch.Tensor:
+        """The concatenated global-average-pooled features of every layer.
+
+        ``plan`` (from ``plan(points)``) selects the torch backend and skips the neighbour
+        search.
+        """
+        backend = "torch" if plan is not None else resolve_backend(backend)
+        feats = torch.ones((len(points), 1), dtype=torch.float32)
+        pools = []
+        if backend == "torch":
+            plan = plan or self.plan(points)
+            for (w, b), kmap, (_, stride) in zip(
+                zip(self.weights, self.biases, strict=True), plan, self.layers(), strict=True
+            ):
+                points, feats = sparseconv.conv_torch(points, feats, w, b, stride, kmap)
+                feats = torch.relu(feats)
+                pools.append(feats.mean(0))
+        else:
+            tensor = sparseconv.minkowski_input(points, feats)
+            for (w, b), (_, stride) in zip(
+                zip(self.weights, self.biases, strict=True), self.layers(), strict=True
+            ):
+                tensor = sparseconv.conv_minkowski(tensor, w, b, stride)
+                tensor = sparseconv.minkowski_relu(tensor)
+                pools.append(tensor.F.mean(0))
+        return torch.cat(pools)
+
+    def forward(
+        self,
+        points: PointSet,
+        scalars: torch.Tensor,
+        backend: str = "auto",
+        plan: list[sparseconv.KernelMap] | None = None,
+    ) -> torch.Tensor:
+        return self.mlp(torch.cat([self.pooled(points, backend, plan), scalars]))
+
+    def embed(self, matrix: Matrix, backend: str = "auto") -> torch.Tensor:
+        """The embedding of ``matrix`` ([embedding_dim]); deterministic for fixed weights."""
+        if matrix.nnz == 0:
+            raise CognateError(f"{matrix.name}: cannot embed a matrix with no nonzeros")
+        return self(matrix_points(matrix), matrix_scalars(matrix.shape, matrix.nnz), backend)

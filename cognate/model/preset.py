@@ -1,0 +1,88 @@
+"""Model presets from configs/model.yaml, validated with pydantic."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cognate.errors import CognateError
+from cognate.paths import configs_dir
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class FeaturizerSpec(_Strict):
+    first_kernel: int = Field(5, ge=1, le=9)
+    kernel: int = Field(3, ge=1, le=9)
+    channels: list[int] = Field(min_length=1, max_length=32)
+    embed_hidden: list[int] = []
+    embedding_dim: int = Field(128, ge=1)
+    trainable: bool = True
+
+
+class PredictorSpec(_Strict):
+    hidden: list[int] = [256, 128]
+
+
+class TrainSpec(_Strict):
+    margin: float = Field(0.1, ge=0)
+    tie_rtol: float = Field(0.01, ge=0, lt=1)
+    lr: float = Field(1e-3, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    configs_per_step: int = Field(256, ge=2)
+    matrices_per_step: int = Field(1, ge=1)
+    epochs: int = Field(40, ge=1)
+    patience: int = Field(8, ge=1)
+    val_fraction: float = Field(0.2, gt=0, lt=1)
+    early_stop_metric: Literal["pairwise_accuracy", "top1", "top5"] = "pairwise_accuracy"
+
+
+class ModelPreset(_Strict):
+    name: str
+    featurizer: FeaturizerSpec
+    predictor: PredictorSpec
+    train: TrainSpec
+
+    def with_train(self, **changes: Any) -> ModelPreset:
+        """A copy with some training settings replaced (CLI overrides such as --epochs)."""
+        train = self.train.model_copy(update={k: v for k, v in changes.items() if v is not None})
+        return self.model_copy(update={"train": TrainSpec.model_validate(train.model_dump())})
+
+
+def preset_names() -> list[str]:
+    return sorted(_load_all())
+
+
+def load_preset(name: str) -> ModelPreset:
+    """The preset ``name`` of configs/model.yaml; CognateError when unknown or malformed."""
+    presets = _load_all()
+    if name not in presets:
+        raise CognateError(
+            f"{configs_dir() / 'model.yaml'}: no preset {name!r}; "
+            f"expected one of {', '.join(sorted(presets))}"
+        )
+    return preset_from_dict(name, presets[name])
+
+
+def preset_from_dict(name: str, data: dict[str, Any]) -> ModelPreset:
+    try:
+        return ModelPreset.model_validate({"name": name, **data})
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CognateError(f"model preset {name!r}: {where}: {first['msg']}") from None
+
+
+def _load_all() -> dict[str, Any]:
+    path = configs_dir() / "model.yaml"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise CognateError(f"{path}: cannot read model presets: {err}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("presets"), dict):
+        raise CognateError(f"{path}: expected a mapping with a 'presets' mapping")
+    return data["presets"]

@@ -1,0 +1,383 @@
+"""Training the cost model on measured runtimes (used by pretrain, later by finetune).
+
+Data comes in ``MatrixRuns``: all ok-measured configs of one matrix at one dense width.
+The split is by matrix (every width of a matrix lands on the same side), seeded. Each step
+scores the configs of one matrix (sampled down to ``configs_per_step``) and applies the
+pairwise ranking loss; the validation split is scored after every epoch and the best epoch
+(by ``early_stop_metric``) is kept. Everything random draws from the seed, so a run is
+reproducible on the same machine.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from cognate.config import Config
+from cognate.errors import CognateError
+from cognate.matrix import Matrix
+from cognate.model.encoding import ConfigEncoder, make_encoder
+from cognate.model.featurizer import matrix_points, matrix_scalars
+from cognate.model.predictor import CostModel, pairwise_accuracy, ranking_loss
+from cognate.model.preset import ModelPreset, preset_from_dict
+from cognate.model.sparseconv import KernelMap, PointSet
+from cognate.space import Space
+
+CHECKPOINT_FORMAT = 1
+
+
+@dataclass
+class MatrixRuns:
+    """The measured configs of one matrix at one width."""
+
+    matrix: Matrix
+    width: int
+    configs: list[Config]
+    runtimes: np.ndarray  # seconds, one per config
+    baseline: int | None  # index of the space's baseline config, when measured
+    features: torch.Tensor | None = field(default=None, repr=False)  # raw encodings
+
+    @property
+    def key(self) -> str:
+        return self.matrix.sha256
+
+
+def runs_from_frame(
+    frame: pd.DataFrame, space: Space, load: Callable[[pd.Series], Matrix]
+) -> list[MatrixRuns]:
+    """Group ok records by (matrix, width); repeated configs (other hosts) take the median.
+
+    ``load`` returns the Matrix of a frame row (the first row of each matrix). Records of
+    another space version are not comparable and must be filtered out by the caller.
+    """
+    frame = frame[(frame["status"] == "ok") & (frame["runtime_s"] > 0)]
+    matrices: dict[str, Matrix] = {}
+    runs = []
+    for (sha, width), rows in frame.groupby(["matrix_sha256", "width"], sort=True):
+        if sha not in matrices:
+            matrices[sha] = load(rows.iloc[0])
+        matrix = matrices[sha]
+        per_config = rows.groupby("config_hash", sort=True).agg(
+            config=("config", "first"),
+            runtime_s=("runtime_s", "median"),
+            is_baseline=("is_baseline", "max"),
+        )
+        configs = [space.validate(json.loads(text)) for text in per_config["config"]]
+        baseline_hash = space.baseline(matrix.shape).hash
+        flags = [
+            bool(b) or c.hash == baseline_hash
+            for c, b in zip(configs, per_config["is_baseline"], strict=True)
+        ]
+        runs.append(
+            MatrixRuns(
+                matrix=matrix,
+                width=int(width),
+                configs=configs,
+                runtimes=per_config["runtime_s"].to_numpy(dtype=np.float64, copy=True),
+                baseline=flags.index(True) if any(flags) else None,
+            )
+        )
+    return runs
+
+
+def split_matrices(
+    keys: Sequence[str], val_fraction: float, seed: int
+) -> tuple[list[str], list[str]]:
+    """Seeded split of distinct matrix keys into (train, validation); both non-empty if >= 2."""
+    distinct = sorted(set(keys))
+    order = np.random.default_rng(seed).permutation(len(distinct))
+    n_val = min(max(1, round(val_fraction * len(distinct))), len(distinct) - 1)
+    val = sorted(distinct[i] for i in order[:n_val])
+    return sorted(set(distinct) - set(val)), val
+
+
+# --- evaluation ----------------------------------------------------------------------------
+
+
+def _geomean(values: list[float]) -> float:
+    return float(math.exp(np.mean(np.log(values)))) if values else float("nan")
+
+
+@torch.no_grad()
+def evaluate(
+    model: CostModel,
+    runs: Sequence[MatrixRuns],
+    embeddings: dict[str, torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """Validation metrics: pairwise accuracy, ranking loss, and geomean speedups over the
+    baseline config of the model's top-1, best of its top-5, and the oracle (best measured).
+    ``top5_of_oracle`` = top5 / oracle. Speedups use only runs whose baseline was measured."""
+    train_spec = model.preset.train
+    accs, losses, top1, top5, oracle = [], [], [], [], []
+    for run in runs:
+        emb = (embeddings or {}).get(run.key)
+        if emb is None:
+            emb = model.featurizer.embed(run.matrix)
+        scores = model.score(emb, run.width, run.features)
+        runtimes = torch.from_numpy(run.runtimes)
+        acc = pairwise_accuracy(scores, runtimes, train_spec.tie_rtol)
+        if not math.isnan(acc):
+            accs.append(acc)
+        losses.append(float(ranking_loss(scores, runtimes, train_spec.margin, train_spec.tie_rtol)))
+        if run.baseline is not None:
+            base = run.runtimes[run.baseline]
+            ranked = np.argsort(scores.numpy(), kind="stable")
+            top1.append(base / run.runtimes[ranked[0]])
+            top5.append(base / run.runtimes[ranked[:5]].min())
+            oracle.append(base / run.runtimes.min())
+    metrics = {
+        "pairwise_accuracy": float(np.mean(accs)) if accs else float("nan"),
+        "loss": float(np.mean(losses)) if losses else float("nan"),
+        "top1": _geomean(top1),
+        "top5": _geomean(top5),
+        "oracle": _geomean(oracle),
+    }
+    metrics["top5_of_oracle"] = metrics["top5"] / metrics["oracle"]
+    return metrics
+
+
+# --- training ------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainResult:
+    model: CostModel
+    metadata: dict[str, Any]
+
+
+# (epoch, step, steps per epoch, validation metrics at the end of an epoch else None)
+ProgressFn = Callable[[int, int, int, dict[str, float] | None], None]
+
+
+def _encode_all(runs: Sequence[MatrixRuns], encoder: ConfigEncoder) -> None:
+    for run in runs:
+        if run.features is None:
+            run.features = encoder.encode(run.configs, run.matrix.shape, run.width)
+
+
+def train(
+    runs: Sequence[MatrixRuns],
+    space: Space,
+    preset: ModelPreset,
+    seed: int = 0,
+    encoder: ConfigEncoder | None = None,
+    progress: ProgressFn | None = None,
+) -> TrainResult:
+    """Train a fresh cost model on ``runs``; returns the best-validation model and metadata.
+
+    Fills in each run's ``features`` (its configs' encodings) when absent.
+    """
+    if len({r.key for r in runs}) < 2:
+        raise CognateError("training needs measured configs of at least 2 matrices")
+    encoder = encoder or make_encoder(space)
+    _encode_all(runs, encoder)
+    train_keys, val_keys = split_matrices([r.key for r in runs], preset.train.val_fraction, seed)
+    train_runs = [r for r in runs if r.key in set(train_keys)]
+    val_runs = [r for r in runs if r.key in set(val_keys)]
+
+    torch.manual_seed(seed)
+    model = CostModel(preset, encoder.dim)
+    model.set_normalisation(torch.cat([r.features for r in train_runs]))
+    history = _fit(model, train_runs, val_runs, seed, progress)
+    best = max(history[1:], key=lambda h: _metric(h, preset))
+    names = {r.key: r.matrix.name for r in runs}
+    metadata = {
+        "format": CHECKPOINT_FORMAT,
+        "preset": preset.model_dump(),
+        "target": space.target,
+        "op": space.op,
+        "space": {"name": space.name, "version": space.version},
+        "encoder": {"kind": encoder.kind, "dim": encoder.dim},
+        "normalisation": {
+            "config_mean": model.config_mean.tolist(),
+            "config_std": model.config_std.tolist(),
+            "log_scale": "log2(rows, cols, nnz, width) / 16",
+        },
+        "seed": seed,
+        "split": {
+            "seed": seed,
+            "train": [{"sha256": k, "name": names[k]} for k in train_keys],
+            "validation": [{"sha256": k, "name": names[k]} for k in val_keys],
+        },
+        "metrics": {"best_epoch": best["epoch"], "best": best, "history": history},
+    }
+    return TrainResult(model, metadata)
+
+
+def _metric(entry: dict[str, float], preset: ModelPreset) -> float:
+    value = entry[preset.train.early_stop_metric]
+    return -math.inf if math.isnan(value) else value
+
+
+class _Embedder:
+    """Embeds training matrices, keeping each one's kernel maps while they fit a budget.
+
+    The maps depend only on the matrix, so recomputing them every step would redo the
+    neighbour search (most of a small layer's cost). Training uses the torch backend: with
+    a plan it is the same arithmetic as MinkowskiEngine, and differentiable.
+    """
+
+    def __init__(self, model: CostModel, budget_pairs: int = 50_000_000) -> None:
+        self.model, self.budget = model, budget_pairs
+        self.plans: dict[str, tuple[PointSet, list[KernelMap]]] = {}
+
+    def __call__(self, run: MatrixRuns) -> torch.Tensor:
+        cached = self.plans.get(run.key)
+        if cached is None:
+            points = matrix_points(run.matrix)
+            cached = (points, self.model.featurizer.plan(points))
+            cost = len(points) + sum(m.size for m in cached[1])
+            if cost <= self.budget:
+                self.plans[run.key] = cached
+                self.budget -= cost
+        scalars = matrix_scalars(run.matrix.shape, run.matrix.nnz)
+        return self.model.featurizer(cached[0], scalars, plan=cached[1])
+
+    def all(self, runs: Sequence[MatrixRuns]) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            return {r.key: self(r) for r in runs}
+
+
+def _fit(
+    model: CostModel,
+    train_runs: Sequence[MatrixRuns],
+    val_runs: Sequence[MatrixRuns],
+    seed: int,
+    progress: ProgressFn | None,
+) -> list[dict[str, float]]:
+    spec = model.preset.train
+    trainable = model.preset.featurizer.trainable
+    model.featurizer.requires_grad_(trainable)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
+    rng = np.random.default_rng(seed)
+    embedder = _Embedder(model)
+    # A frozen featurizer gives the same embedding every step: compute each once.
+    train_cache = {} if trainable else embedder.all(train_runs)
+    val_cache = embedder.all(val_runs)
+
+    history = [{"epoch": 0, **evaluate(model, val_runs, val_cache)}]
+    if progress:
+        progress(0, 0, len(train_runs), history[-1])
+    best_state, best_value, stale = copy.deepcopy(model.state_dict()), -math.inf, 0
+    for epoch in range(1, spec.epochs + 1):
+        model.train()
+        for step, index in enumerate(rng.permutation(len(train_runs)), start=1):
+            loss = _step_loss(model, train_runs[index], train_cache, embedder, rng)
+            (loss / spec.matrices_per_step).backward()
+            if step % spec.matrices_per_step == 0 or step == len(train_runs):
+                optimizer.step()
+                optimizer.zero_grad()
+            if progress:
+                progress(epoch, step, len(train_runs), None)
+        model.eval()
+        if trainable:
+            val_cache = embedder.all(val_runs)
+        history.append({"epoch": epoch, **evaluate(model, val_runs, val_cache)})
+        if progress:
+            progress(epoch, len(train_runs), len(train_runs), history[-1])
+        value = _metric(history[-1], model.preset)
+        if value > best_value:
+            best_state, best_value, stale = copy.deepcopy(model.state_dict()), value, 0
+        else:
+            stale += 1
+            if stale >= spec.patience:
+                break
+    model.load_state_dict(best_state)
+    return history
+
+
+def _step_loss(
+    model: CostModel,
+    run: MatrixRuns,
+    cache: dict[str, torch.Tensor],
+    embedder: _Embedder,
+    rng: np.random.Generator,
+) -> torch.Tensor:
+    spec = model.preset.train
+    n = len(run.configs)
+    pick = (
+        np.sort(rng.choice(n, spec.configs_per_step, replace=False))
+        if n > spec.configs_per_step
+        else np.arange(n)
+    )
+    emb = cache.get(run.key)
+    if emb is None:
+        emb = embedder(run)
+    scores = model.score(emb, run.width, run.features[pick])
+    return ranking_loss(scores, torch.from_numpy(run.runtimes[pick]), spec.margin, spec.tie_rtol)
+
+
+# --- checkpoints ---------------------------------------------------------------------------
+
+
+def save_checkpoint(path: str | Path, model: CostModel, metadata: dict[str, Any]) -> Path:
+    """Weights as safetensors; the metadata as JSON in the file's own metadata block."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensors = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    tmp = path.with_name(path.name + ".tmp")
+    save_file(tensors, str(tmp), metadata={"cognate": json.dumps(metadata)})
+    tmp.replace(path)  # atomic: a reader never sees half a checkpoint
+    return path
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """The metadata of a checkpoint, without loading its weights."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            raw = (f.metadata() or {}).get("cognate")
+    except (OSError, SafetensorError) as err:
+        raise CognateError(f"{path}: not a readable cognate model: {err}") from None
+    if raw is None:
+        raise CognateError(f"{path}: safetensors file without cognate metadata")
+    try:
+        meta = json.loads(raw)
+    except json.JSONDecodeError:
+        raise CognateError(f"{path}: corrupt cognate metadata") from None
+    if meta.get("format") != CHECKPOINT_FORMAT:
+        raise CognateError(
+            f"{path}: checkpoint format {meta.get('format')!r} is not {CHECKPOINT_FORMAT}"
+        )
+    return meta
+
+
+def load_checkpoint(
+    path: str | Path, space: Space
+) -> tuple[CostModel, ConfigEncoder, dict[str, Any]]:
+    """Load a model for ``space``; a model trained on another space or version is an error."""
+    meta = read_metadata(path)
+    trained = meta["space"]
+    if (trained["name"], trained["version"]) != (space.name, space.version):
+        raise CognateError(
+            f"{path}: model was trained for space {trained['name']} version {trained['version']}, "
+            f"but the space here is {space.name} version {space.version}; retrain it"
+        )
+    encoder = make_encoder(space, meta["encoder"]["kind"].split("+", 1)[1])
+    if encoder.dim != meta["encoder"]["dim"]:
+        raise CognateError(f"{path}: encoder width {meta['encoder']['dim']} != {encoder.dim} here")
+    preset = preset_from_dict(
+        meta["preset"]["name"], {k: v for k, v in meta["preset"].items() if k != "name"}
+    )
+    model = CostModel(preset, encoder.dim)
+    with safe_open(str(path), framework="pt") as f:
+        state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no iterator
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise CognateError(
+            f"{path}: weights do not fit preset {preset.name}: {str(err).splitlines()[0]}"
+        ) from None
+    model.eval()
+    return model, encoder, meta

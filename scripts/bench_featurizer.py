@@ -1,0 +1,72 @@
+#!/usr/bin/env python
+"""Featurizer embedding time vs nnz, on both backends, in one process.
+
+    python scripts/bench_featurizer.py [--sizes 100000,1000000,5000000] [--preset waco]
+                                       [--repeats 3] [--kind rmat] [--threads N]
+
+For each size: a synthetic square matrix (R-MAT by default, nnz exact, rows = nnz / 10),
+the preset's featurizer with fixed random weights, and the median wall time of
+``Featurizer.embed`` per backend (pure PyTorch; MinkowskiEngine when importable), their
+ratio, and the largest difference between the two embeddings (they must agree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from cognate.model import sparseconv
+from cognate.model.featurizer import Featurizer
+from cognate.model.preset import load_preset
+from cognate.synth import generate
+
+
+def time_embed(
+    featurizer: Featurizer, matrix, backend: str, repeats: int
+) -> tuple[float, torch.Tensor]:
+    times, out = [], None
+    with torch.no_grad():
+        for _ in range(repeats):
+            start = time.perf_counter()
+            out = featurizer.embed(matrix, backend)
+            times.append(time.perf_counter() - start)
+    return statistics.median(times), out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100000,1000000,5000000")
+    parser.add_argument("--preset", default="waco")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--kind", default="rmat")
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    featurizer = Featurizer(load_preset(args.preset).featurizer).eval()
+    backends = ["torch"] + (["minkowski"] if sparseconv.minkowski() is not None else [])
+    if len(backends) == 1:
+        print(f"MinkowskiEngine not importable ({sparseconv.minkowski_error()}): torch only")
+    print(f"preset {args.preset}, torch threads {torch.get_num_threads()}, repeats {args.repeats}")
+    header = f"{'nnz':>9} {'shape':>17} " + " ".join(f"{b + ' s':>12}" for b in backends)
+    print(header + ("   torch/ME   max |diff|" if len(backends) == 2 else ""))
+    for nnz in (int(s) for s in args.sizes.split(",")):
+        n = max(nnz // 10, 16)
+        matrix = generate(args.kind, n, n, nnz=nnz, seed=0)
+        results = {b: time_embed(featurizer, matrix, b, args.repeats) for b in backends}
+        line = f"{matrix.nnz:>9} {f'{n}x{n}':>17} " + " ".join(
+            f"{results[b][0]:>12.3f}" for b in backends
+        )
+        if len(backends) == 2:
+            ratio = results["torch"][0] / results["minkowski"][0]
+            diff = (results["torch"][1] - results["minkowski"][1]).abs().max().item()
+            line += f"   {ratio:>8.2f}   {diff:.2e}"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
