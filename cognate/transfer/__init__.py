@@ -1,0 +1,1 @@
+"""Transfer of a cost model across targets: config mapper, autoencoders, fine-tuning."""

@@ -1,0 +1,301 @@
+"""Transfer: the config mapper's table, autoencoder reconstruction, finetune end to end."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from cognate.cli import main, run
+from cognate.model.train import read_metadata
+from cognate.space import LoopNest
+from cognate.targets import get_target
+from cognate.transfer.autoencoder import AutoencoderEncoder, space_rows
+from cognate.transfer.mapper import (
+    MappedEncoder,
+    RandomMappedEncoder,
+    RawSlotEncoder,
+    map_gpu,
+    map_spade,
+)
+
+SHAPE = (1000, 3000)  # rows, cols
+WIDTH = 64
+
+SPADE_BASE = {"rp": 256, "cp": "all", "barrier": False, "bypass": False, "split": 1}
+NO_BARRIER = ("i1", "k1", "i0", "k0", "j1", "j0")
+BARRIER = ("k1", "i1", "i0", "k0", "j1", "j0")
+
+# (knobs, image): the mapping of DESIGN 7, the same for both ops.
+SPADE_TABLE = [
+    ({**SPADE_BASE, "sched": "static"}, LoopNest(256, 3000, 64, NO_BARRIER)),
+    ({**SPADE_BASE, "rp": 16, "cp": 64, "sched": "dynamic"}, LoopNest(16, 64, 64, NO_BARRIER)),
+    (
+        {**SPADE_BASE, "rp": 1024, "barrier": True, "sched": "static"},
+        LoopNest(1000, 3000, 64, BARRIER),
+    ),  # rp clamped to the rows
+    (
+        {**SPADE_BASE, "cp": 1024, "split": 2, "barrier": True, "bypass": True, "sched": "static"},
+        LoopNest(256, 1024, 32, BARRIER),
+    ),
+    (
+        {**SPADE_BASE, "rp": 64, "cp": 256, "split": 2, "sched": "dynamic"},
+        LoopNest(64, 256, 32, NO_BARRIER),
+    ),
+]
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+@pytest.mark.parametrize(("knobs", "image"), SPADE_TABLE)
+def test_spade_mapper_table(op: str, knobs: dict, image: LoopNest) -> None:
+    space = get_target("spade").space(op)
+    assert map_spade(space, space.validate(knobs), SHAPE, WIDTH) == image
+
+
+GPU_BASE = {"split": "row", "reorder": "none", "num_warps": 4, "num_stages": 3}
+# (op, knobs, image) with image = LoopNest(I, K, J, order)
+GPU_TABLE = [
+    (
+        "spmm",
+        {"rows_per_program": 1, "dense_tile": 64, "nnz_step": 16},
+        LoopNest(1, 16, 64, ("i1", "i0", "k1", "k0", "j1", "j0")),
+    ),  # the CSR nest
+    (
+        "spmm",
+        {"rows_per_program": 4, "dense_tile": 32, "nnz_step": 64},
+        LoopNest(4, 64, 32, ("i1", "j1", "i0", "k1", "k0", "j0")),
+    ),
+    (
+        "spmm",
+        {"rows_per_program": 16, "dense_tile": 128, "nnz_step": 16},
+        LoopNest(16, 16, 64, ("i1", "i0", "k1", "k0", "j1", "j0")),
+    ),  # tile clamped to the width
+    (
+        "sddmm",
+        {"rows_per_program": 1, "dense_tile": 64, "nnz_step": 16},
+        LoopNest(1, 64, 16, ("i1", "i0", "j1", "j0", "k1", "k0")),
+    ),  # one reduction tile
+    (
+        "sddmm",
+        {"rows_per_program": 4, "dense_tile": 32, "nnz_step": 64},
+        LoopNest(4, 32, 64, ("i1", "i0", "j1", "k1", "j0", "k0")),
+    ),
+]
+
+
+@pytest.mark.parametrize(("op", "knobs", "image"), GPU_TABLE)
+def test_gpu_mapper_table(op: str, knobs: dict, image: LoopNest) -> None:
+    space = get_target("gpu").space(op)
+    legal = {k: v[0] for k, v in space.values.items()}
+    for name, value in knobs.items():
+        if value not in space.values[name]:
+            pytest.fail(f"table value {name}={value} left the gpu space {space.values[name]}")
+    config = space.validate({**legal, **GPU_BASE, **knobs})
+    assert map_gpu(space, config, SHAPE, WIDTH) == image
+
+
+def test_mapper_refuses_other_target() -> None:
+    space = get_target("spade").space("spmm")
+    with pytest.raises(Exception, match="spade"):
+        map_gpu(space, space.baseline(SHAPE), SHAPE, WIDTH)
+
+
+def test_random_mapper_is_a_fixed_permutation_of_the_images() -> None:
+    space = get_target("spade").space("spmm")
+    configs = space.all_configs()
+    real = MappedEncoder(space).encode(configs, SHAPE, WIDTH).numpy()
+    shuffled = RandomMappedEncoder(space, seed=0).encode(configs, SHAPE, WIDTH).numpy()
+    again = RandomMappedEncoder(space, seed=0).encode(configs, SHAPE, WIDTH).numpy()
+    assert np.array_equal(shuffled, again)
+    assert not np.array_equal(real, shuffled)
+    # the same multiset of images, dealt to other configs
+    assert sorted(map(tuple, real.tolist())) == sorted(map(tuple, shuffled.tolist()))
+
+
+def test_no_mapper_puts_raw_knobs_in_the_slot() -> None:
+    space = get_target("spade").space("spmm")
+    config = space.validate({**SPADE_BASE, "cp": 64, "bypass": True, "sched": "dynamic"})
+    row = RawSlotEncoder(space).encode([config], SHAPE, WIDTH)[0].tolist()
+    # rp log2, cp log2, barrier, bypass, split log2, sched index, then zero padding
+    assert row[:6] == [8.0, 6.0, 0.0, 1.0, 0.0, 1.0]
+    assert not any(row[6:])
+
+
+@pytest.mark.parametrize(("target", "op"), [("spade", "spmm"), ("gpu", "sddmm"), ("cpu", "spmm")])
+def test_autoencoder_reconstructs_the_discrete_space_exactly(target: str, op: str) -> None:
+    space = get_target(target).space(op)
+    encoder = AutoencoderEncoder(space)
+    rows = space_rows(space, 4096, 0)
+    assert rows.shape[0] > 1
+    assert np.array_equal(encoder.reconstruct(rows), rows)
+    latent = encoder.encode(space.sample(8, 1, SHAPE), SHAPE, WIDTH)
+    assert latent.shape == (8, 64)
+    # the cached file gives the same codes
+    assert AutoencoderEncoder(space).sha256 == encoder.sha256
+
+
+# --- finetune end to end -------------------------------------------------------------------
+
+SMALL = ("494_bus", "bcspwr06", "west0479", "west0497", "dwt_878", "olm500")
+TINY_PRESET = {
+    "featurizer": {"channels": [8, 8, 8], "embed_hidden": [16], "embedding_dim": 16},
+    "predictor": {"hidden": [32]},
+    "train": {"epochs": 2, "patience": 2, "val_fraction": 0.34},
+}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    """Two torch threads on 2 shared cores make sparse convolutions ~5x slower here."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, shared: Path) -> Path:
+    """spade spmm (target) and sddmm (stand-in source) records of six small real matrices."""
+    from cognate.collect import collect
+
+    files = [shared / "matrices" / "suitesparse" / f"{n}.mtx.gz" for n in SMALL]
+    db = tmp_path_factory.mktemp("transfer") / "records.db"
+    for op in ("spmm", "sddmm"):
+        summary = collect("spade", op, 16, files, db_path=db, all_configs=True, jobs=1)
+        assert summary.exit_code == 0, summary.line()
+    return db
+
+
+@pytest.fixture(scope="module")
+def pretrained(store: Path) -> Path:
+    from cognate.cli.pretrain import load_runs
+    from cognate.model.preset import preset_from_dict
+    from cognate.model.train import save_checkpoint, train
+    from cognate.transfer.finetune import transfer_encoder
+
+    space = get_target("spade").space("sddmm")
+    runs = load_runs(store, space)
+    result = train(
+        runs,
+        space,
+        preset_from_dict("tiny", TINY_PRESET),
+        seed=0,
+        encoder=transfer_encoder(space, "cognate", "ae"),
+    )
+    return save_checkpoint(store.parent / "pretrained.safetensors", result.model, result.metadata)
+
+
+ABLATIONS = [
+    [],
+    ["--mapper", "random"],
+    ["--mapper", "none"],
+    ["--latent", "raw"],
+    ["--from-scratch"],
+    ["--zero-shot"],
+    ["--no-freeze-featurizer"],
+]
+
+
+@pytest.mark.parametrize("flags", ABLATIONS, ids=lambda f: " ".join(f) or "default")
+def test_finetune_cli_records_each_ablation(
+    store: Path, pretrained: Path, tmp_path: Path, flags: list[str]
+) -> None:
+    out = tmp_path / "tuned.safetensors"
+    args = [
+        "finetune",
+        "--model",
+        str(pretrained),
+        "--db",
+        str(store),
+        "--target",
+        "spade",
+        "--op",
+        "spmm",
+        "--matrices",
+        "2",
+        "--seed",
+        "1",
+        "--epochs",
+        "2",
+        "-o",
+        str(out),
+    ]
+    result = CliRunner().invoke(main, [*args, *flags])
+    assert result.exit_code == 0, result.output
+    meta = read_metadata(out)
+    opts = meta["transfer"]["options"]
+    assert opts["mapper"] == (flags[1] if flags[:1] == ["--mapper"] else "cognate")
+    assert opts["latent"] == (flags[1] if flags[:1] == ["--latent"] else "ae")
+    assert opts["from_scratch"] == ("--from-scratch" in flags)
+    assert opts["zero_shot"] == ("--zero-shot" in flags)
+    assert opts["freeze_featurizer"] == ("--no-freeze-featurizer" not in flags)
+    assert meta["transfer"]["source"]["op"] == "sddmm"
+    split = meta["split"]
+    assert len(split["finetune"]) == 2
+    names = {m["name"] for m in split["train"]}
+    assert {m["name"] for m in split["finetune"]} <= names
+    assert not names & {m["name"] for m in split["validation"] + split["test"]}
+    assert len(meta["metrics"]["history"]) == (1 if "--zero-shot" in flags else 3)
+    assert meta["metrics"]["test"]["oracle"] >= 1.0
+    if "--from-scratch" in flags:
+        assert meta["transfer"]["copied"] == {}
+    else:
+        assert meta["transfer"]["copied"]["heterogeneous"] == ("--latent" not in flags)
+
+
+def test_finetune_is_reproducible_and_loads(store: Path, pretrained: Path, tmp_path: Path) -> None:
+    from cognate.cli.pretrain import load_runs
+    from cognate.transfer.finetune import FinetuneOptions, finetune, load_transfer_model
+
+    space = get_target("spade").space("spmm")
+    opts = FinetuneOptions(matrices=2, seed=3, mapper="random", epochs=1)
+    first = finetune(pretrained, load_runs(store, space), space, opts)
+    second = finetune(pretrained, load_runs(store, space), space, opts)
+    assert first.metadata["metrics"] == second.metadata["metrics"]
+    from cognate.model.train import save_checkpoint
+
+    path = save_checkpoint(tmp_path / "m.safetensors", first.model, first.metadata)
+    model, encoder, meta = load_transfer_model(path, space)
+    assert encoder.kind == "loopnest-random+ae"
+    run = load_runs(store, space)[0]
+    scores = model.predict(run.matrix, run.configs, run.width, encoder, backend="torch")
+    expected = first.model.predict(run.matrix, run.configs, run.width, first.encoder, "torch")
+    assert np.allclose(scores, expected)
+
+
+def _run_cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as stop:
+        run(args)
+    return int(stop.value.code), capsys.readouterr().err
+
+
+def test_finetune_bad_input_is_one_line(
+    pretrained: Path, store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = [
+        "finetune",
+        "--db",
+        str(store),
+        "--target",
+        "spade",
+        "--op",
+        "spmm",
+        "-o",
+        str(tmp_path / "x"),
+    ]
+    cases = [
+        (["--model", str(tmp_path / "nope")], "no such model file"),
+        (["--model", str(pretrained), "--matrices", "50"], "training split has only"),
+        (["--model", str(pretrained), "--zero-shot", "--from-scratch"], "exclude each other"),
+        (["--model", str(store)], "not a readable cognate model"),
+    ]
+    for flags, message in cases:
+        code, err = _run_cli([*base, *flags], capsys)
+        assert code == 1 and message in err, err
+        errors = [line for line in err.splitlines() if line.startswith("cognate: error:")]
+        assert len(errors) == 1 and "Traceback" not in err
+    assert not (tmp_path / "x").exists()
