@@ -16,9 +16,9 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PY="${PYTHON:-$REPO/../venv/bin/python}"
+PY="${PYTHON:-$REPO/.venv/bin/python}"
 [ -x "$PY" ] || PY="$(command -v python3)"
-DB="${COGNATE_DB:-$REPO/../records/records.db}"
+DB="${COGNATE_DB:-${COGNATE_HOME:-$HOME/.cache/cognate}/records.sqlite}"
 OUT="$REPO/data/models"
 PRESET=waco
 EPOCHS=""

@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
-import pandas as pd
-import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cognate.errors import CognateError
 from cognate.io import load_matrix
-from cognate.matrix import Matrix
-from cognate.model.preset import load_preset, preset_names
-from cognate.model.train import MatrixRuns, runs_from_frame, save_checkpoint, train
-from cognate.space import Space
 from cognate.targets import KNOWN_TARGETS, OPS, get_target
+
+if TYPE_CHECKING:  # torch and pandas load only when a command runs: `cognate --help` stays fast
+    import pandas as pd
+
+    from cognate.matrix import Matrix
+    from cognate.model.train import MatrixRuns
+    from cognate.space import Space
 
 
 def register(main: click.Group, data: click.Group) -> None:
@@ -55,6 +57,8 @@ def load_runs(db: Path, space: Space) -> list[MatrixRuns]:
             f"{db}: records of {space.name} are from space version(s) {versions}, "
             f"not the current {space.version}; collect again"
         )
+    from cognate.model.train import runs_from_frame
+
     return runs_from_frame(current, space, load_record_matrix)
 
 
@@ -98,6 +102,11 @@ def pretrain(
     Matrices are split into train and validation by a seeded draw; the model of the best
     validation epoch is written as safetensors with its metadata. Scores: lower = faster.
     """
+    import torch
+
+    from cognate.model.preset import load_preset, preset_names
+    from cognate.model.train import save_checkpoint, train
+
     if preset not in preset_names():
         raise CognateError(
             f"unknown preset {preset!r}; expected one of {', '.join(preset_names())}"

@@ -10,6 +10,7 @@ Both backends share the same parameters and agree to float rounding.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import torch
@@ -42,9 +43,14 @@ def matrix_scalars(shape: tuple[int, int], nnz: int) -> torch.Tensor:
 
 
 def resolve_backend(backend: str) -> str:
-    """``auto`` -> minkowski when importable, else torch; an unusable request is an error."""
+    """``auto`` -> $COGNATE_FEATURIZER_BACKEND, else torch; an unusable request is an error.
+
+    Both backends give the same output. torch is the default because training reuses its
+    cached kernel maps and it was the faster one here up to ~100k nnz (MinkowskiEngine won
+    only around 1M nnz; see docs/benchmarks.md), and it is deterministic.
+    """
     if backend == "auto":
-        return "minkowski" if sparseconv.minkowski() is not None else "torch"
+        backend = os.environ.get("COGNATE_FEATURIZER_BACKEND", "torch")
     if backend not in sparseconv.BACKENDS:
         raise CognateError(
             f"unknown featurizer backend {backend!r}; expected auto, "
