@@ -4,6 +4,7 @@
 #
 #   scripts/train_shipped_models.sh [--db PATH] [--out DIR] [--preset NAME] [--epochs N]
 #                                   [--spade finetune|pretrain] [--spade-matrices N]
+#                                   [--only TARGET-OP]... [--threads N]
 #
 # Per op (spmm, sddmm):
 #   cpu-<op>   = cognate pretrain on the store's cpu records
@@ -24,6 +25,8 @@ PRESET=waco
 EPOCHS=""
 SPADE_MODE=finetune
 SPADE_MATRICES=""
+ONLY=""
+THREADS=""
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,6 +36,8 @@ while [ $# -gt 0 ]; do
     --epochs) EPOCHS="$2"; shift 2 ;;
     --spade) SPADE_MODE="$2"; shift 2 ;;
     --spade-matrices) SPADE_MATRICES="$2"; shift 2 ;;
+    --only) ONLY="$ONLY $2"; shift 2 ;;  # e.g. --only cpu-spmm: train just that model
+    --threads) THREADS="$2"; shift 2 ;;  # torch threads for pretrain (1 is fastest on a busy box)
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "train_shipped_models.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -114,11 +119,16 @@ EOF
 
 epochs_args=()
 [ -n "$EPOCHS" ] && epochs_args=(--epochs "$EPOCHS")
+threads_args=()
+[ -n "$THREADS" ] && threads_args=(--threads "$THREADS")
+wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 for op in spmm sddmm; do
   cpu_model="$OUT/cpu-$op.safetensors"
-  if [ "$(ok_records cpu "$op")" -gt 0 ]; then
-    cmd=(pretrain --db "$SNAP" --target cpu --op "$op" --preset "$PRESET" "${epochs_args[@]}" -o "$cpu_model")
+  if ! wanted "cpu-$op"; then
+    :
+  elif [ "$(ok_records cpu "$op")" -gt 0 ]; then
+    cmd=(pretrain --db "$SNAP" --target cpu --op "$op" --preset "$PRESET" "${epochs_args[@]}" "${threads_args[@]}" -o "$cpu_model")
     echo "== cognate ${cmd[*]}"
     cognate "${cmd[@]}"
     provenance "$cpu_model" "${cmd[@]}"
@@ -127,6 +137,7 @@ for op in spmm sddmm; do
   fi
 
   spade_model="$OUT/spade-$op.safetensors"
+  wanted "spade-$op" || continue
   if [ "$(ok_records spade "$op")" -eq 0 ]; then
     echo "== spade $op: no ok records in $DB, skipped"
     continue
@@ -135,7 +146,7 @@ for op in spmm sddmm; do
     cmd=(finetune --model "$cpu_model" --db "$SNAP" --target spade --op "$op" "${epochs_args[@]}" -o "$spade_model")
     [ -n "$SPADE_MATRICES" ] && cmd+=(--matrices "$SPADE_MATRICES")
   else
-    cmd=(pretrain --db "$SNAP" --target spade --op "$op" --preset "$PRESET" "${epochs_args[@]}" -o "$spade_model")
+    cmd=(pretrain --db "$SNAP" --target spade --op "$op" --preset "$PRESET" "${epochs_args[@]}" "${threads_args[@]}" -o "$spade_model")
   fi
   echo "== cognate ${cmd[*]}"
   cognate "${cmd[@]}"

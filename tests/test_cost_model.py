@@ -41,13 +41,7 @@ WIDTH = 32
 MAX_NNZ = 12_000  # small matrices keep the simulated data set to a few seconds
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Small tensors: on a shared 2-core machine OpenMP spinning costs 10x, so one thread."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny tensors (see conftest)
 
 
 def small_preset(epochs: int = 15):
@@ -294,6 +288,29 @@ def test_garbage_checkpoint_is_an_error(tmp_path: Path, spade_space) -> None:
         read_metadata(bad)
     with pytest.raises(CognateError):
         load_checkpoint(tmp_path / "missing.safetensors", spade_space)
+
+
+def test_save_checkpoint_uses_a_unique_temp_file(trained, tmp_path: Path, spade_space) -> None:
+    """Regression: a fixed ``<name>.tmp`` made concurrent trainings of one path collide."""
+    result, _ = trained
+    path = tmp_path / "m.safetensors"
+    (tmp_path / "m.safetensors.tmp").mkdir()  # another writer's temp name, in the way
+    save_checkpoint(path, result.model, result.metadata)
+    save_checkpoint(path, result.model, result.metadata)  # replaces the first
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors", "m.safetensors.tmp"]
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert load_checkpoint(path, spade_space)[2] == json.loads(json.dumps(result.metadata))
+
+
+def test_checkpoint_weights_of_another_preset_are_one_error(
+    trained, tmp_path: Path, spade_space
+) -> None:
+    result, _ = trained
+    meta = json.loads(json.dumps(result.metadata))
+    meta["preset"]["predictor"]["hidden"] = [7]
+    path = save_checkpoint(tmp_path / "other.safetensors", result.model, meta)
+    with pytest.raises(CognateError, match="weights do not fit preset test"):
+        load_checkpoint(path, spade_space)
 
 
 def test_shipped_presets_build() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -299,3 +299,117 @@ def test_finetune_bad_input_is_one_line(
         errors = [line for line in err.splitlines() if line.startswith("cognate: error:")]
         assert len(errors) == 1 and "Traceback" not in err
     assert not (tmp_path / "x").exists()
+
+
+# --- a fine-tuned model ships its autoencoder ----------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tuned(store: Path, pretrained: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple:
+    """A default (mapper cognate, latent ae) fine-tuned model, saved, and its result."""
+    from cognate.cli.pretrain import load_runs
+    from cognate.model.train import save_checkpoint
+    from cognate.transfer.finetune import FinetuneOptions, finetune
+
+    space = get_target("spade").space("spmm")
+    result = finetune(
+        pretrained, load_runs(store, space), space, FinetuneOptions(matrices=2, epochs=1)
+    )
+    path = tmp_path_factory.mktemp("tuned") / "tuned.safetensors"
+    return save_checkpoint(path, result.model, result.metadata), result
+
+
+def _rewrite(
+    src: Path,
+    dst: Path,
+    edit_meta: Callable[[dict], object] | None = None,
+    edit_tensors: Callable[[dict], object] | None = None,
+) -> Path:
+    """A copy of checkpoint ``src`` with its metadata and/or tensors edited."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(src), framework="pt") as f:
+        meta = json.loads(f.metadata()["cognate"])
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    if edit_meta:
+        edit_meta(meta)
+    if edit_tensors:
+        edit_tensors(tensors)
+    save_file(tensors, str(dst), metadata={"cognate": json.dumps(meta)})
+    return dst
+
+
+def test_finetuned_model_loads_without_the_autoencoder_cache(
+    store: Path, tuned: tuple, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: the autoencoder was rebuilt from (or retrained into) the local cache."""
+    from cognate.cli.pretrain import load_runs
+    from cognate.transfer import autoencoder
+    from cognate.transfer.finetune import load_transfer_model
+
+    path, result = tuned
+    meta = read_metadata(path)
+    assert meta["transfer"]["autoencoder"]["columns"]
+    assert meta["transfer"]["autoencoder_sha256"] == result.encoder.parts[1].sha256
+    empty = tmp_path / "fresh-home"
+    monkeypatch.setenv("COGNATE_HOME", str(empty))
+
+    def no_training(*_: object) -> None:
+        raise AssertionError("the autoencoder must come from the model file")
+
+    monkeypatch.setattr(autoencoder, "train_autoencoder", no_training)
+    space = get_target("spade").space("spmm")
+    model, encoder, _ = load_transfer_model(path, space)
+    assert encoder.parts[1].sha256 == meta["transfer"]["autoencoder_sha256"]
+    assert not empty.exists()  # nothing read from nor written to the cache
+    for one in load_runs(store, space)[:3]:
+        got = model.predict(one.matrix, one.configs, one.width, encoder, backend="torch")
+        want = result.model.predict(one.matrix, one.configs, one.width, result.encoder, "torch")
+        np.testing.assert_array_equal(got, want)
+
+
+def test_finetuned_model_with_another_autoencoder_is_refused(tuned: tuple, tmp_path: Path) -> None:
+    from cognate.errors import CognateError
+    from cognate.transfer.finetune import load_transfer_model
+
+    path, _ = tuned
+    space = get_target("spade").space("spmm")
+
+    def nudge(tensors: dict) -> None:
+        tensors["ae.encoder.0.weight"] = tensors["ae.encoder.0.weight"] + 0.01
+
+    tampered = _rewrite(path, tmp_path / "tampered.safetensors", edit_tensors=nudge)
+    with pytest.raises(CognateError, match="fine-tuned with autoencoder"):
+        load_transfer_model(tampered, space)
+
+    # a file from before the autoencoder was shipped: the cache's must match its sha256
+    def legacy(meta: dict, sha: str = "0" * 64) -> None:
+        meta["transfer"].pop("autoencoder")
+        meta["transfer"]["autoencoder_sha256"] = sha
+
+    def drop_ae(tensors: dict) -> None:
+        for key in [k for k in tensors if k.startswith("ae.")]:
+            del tensors[key]
+
+    old = _rewrite(path, tmp_path / "old.safetensors", legacy, drop_ae)
+    with pytest.raises(CognateError, match="fine-tuned with autoencoder 000000000000"):
+        load_transfer_model(old, space)
+    sha = read_metadata(path)["transfer"]["autoencoder_sha256"]
+    ok = _rewrite(path, tmp_path / "ok.safetensors", lambda m: legacy(m, sha), drop_ae)
+    assert load_transfer_model(ok, space)[1].parts[1].sha256 == sha
+
+
+def test_finetuned_weights_that_do_not_fit_are_one_error(tuned: tuple, tmp_path: Path) -> None:
+    """Regression: load_transfer_model let load_state_dict's RuntimeError through."""
+    from cognate.errors import CognateError
+    from cognate.transfer.finetune import load_transfer_model
+
+    path, _ = tuned
+    bad = _rewrite(
+        path, tmp_path / "bad.safetensors", edit_tensors=lambda t: t.pop("ae.decoder.2.bias")
+    )
+    with pytest.raises(CognateError, match="weights do not fit preset"):
+        load_transfer_model(bad, get_target("spade").space("spmm"))

@@ -13,6 +13,8 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +24,7 @@ import numpy as np
 import pandas as pd
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save
 
 from cognate.config import Config
 from cognate.errors import CognateError
@@ -193,8 +195,25 @@ def train(
     best = max(history[1:], key=lambda h: _metric(h, preset))
     names = {r.key: r.matrix.name for r in runs}
     metadata = {
+        **_checkpoint_metadata(model, space, encoder, seed),
+        "split": {
+            "seed": seed,
+            "train": [{"sha256": k, "name": names[k]} for k in train_keys],
+            "validation": [{"sha256": k, "name": names[k]} for k in val_keys],
+        },
+        "metrics": {"best_epoch": best["epoch"], "best": best, "history": history},
+    }
+    return TrainResult(model, metadata)
+
+
+def _checkpoint_metadata(
+    model: CostModel, space: Space, encoder: ConfigEncoder, seed: int
+) -> dict[str, Any]:
+    """The metadata every checkpoint carries (pretrained or fine-tuned): what loading needs
+    to rebuild the model and its encoder, and to refuse another space."""
+    return {
         "format": CHECKPOINT_FORMAT,
-        "preset": preset.model_dump(),
+        "preset": model.preset.model_dump(),
         "target": space.target,
         "op": space.op,
         "space": {"name": space.name, "version": space.version},
@@ -205,14 +224,7 @@ def train(
             "log_scale": "log2(rows, cols, nnz, width) / 16",
         },
         "seed": seed,
-        "split": {
-            "seed": seed,
-            "train": [{"sha256": k, "name": names[k]} for k in train_keys],
-            "validation": [{"sha256": k, "name": names[k]} for k in val_keys],
-        },
-        "metrics": {"best_epoch": best["epoch"], "best": best, "history": history},
     }
-    return TrainResult(model, metadata)
 
 
 def _metric(entry: dict[str, float], preset: ModelPreset) -> float:
@@ -322,14 +334,27 @@ def _step_loss(
 # --- checkpoints ---------------------------------------------------------------------------
 
 
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader never sees half a file. The temp file is
+    unique (mkstemp) in the same directory, so concurrent writers of one path don't collide
+    and os.replace stays a same-filesystem rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp makes 0o600; a model file is meant to be shared
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def save_checkpoint(path: str | Path, model: CostModel, metadata: dict[str, Any]) -> Path:
     """Weights as safetensors; the metadata as JSON in the file's own metadata block."""
     path = Path(path).expanduser()
-    path.parent.mkdir(parents=True, exist_ok=True)
     tensors = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata={"cognate": json.dumps(metadata)})
-    tmp.replace(path)  # atomic: a reader never sees half a checkpoint
+    _atomic_write(path, save(tensors, metadata={"cognate": json.dumps(metadata)}))
     return path
 
 
@@ -353,31 +378,52 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
     return meta
 
 
+def _check_space(path: str | Path, meta: dict[str, Any], space: Space) -> None:
+    """A model is only valid for the space (name and version) it was trained for."""
+    trained = meta["space"]
+    if (trained["name"], trained["version"]) != (space.name, space.version):
+        verb = "fine-tuned" if "transfer" in meta else "trained"
+        raise CognateError(
+            f"{path}: model was {verb} for space {trained['name']} version "
+            f"{trained['version']}, but the space here is {space.name} version "
+            f"{space.version}; retrain it"
+        )
+
+
+def _new_model(path: str | Path, meta: dict[str, Any], encoder_dim: int) -> CostModel:
+    """An untrained model of the checkpoint's preset, for weights read by ``_load_weights``;
+    ``encoder_dim`` is the width of the encoder rebuilt here, which must be the trained one."""
+    if encoder_dim != meta["encoder"]["dim"]:
+        raise CognateError(f"{path}: encoder width {meta['encoder']['dim']} != {encoder_dim} here")
+    preset = preset_from_dict(
+        meta["preset"]["name"], {k: v for k, v in meta["preset"].items() if k != "name"}
+    )
+    return CostModel(preset, encoder_dim)
+
+
+def _load_weights(path: str | Path, model: CostModel) -> None:
+    """Load the checkpoint's tensors into ``model`` (strict), then switch it to eval."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - no iterator
+    except (OSError, SafetensorError) as err:
+        raise CognateError(f"{path}: not a readable cognate model: {err}") from None
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise CognateError(
+            f"{path}: weights do not fit preset {model.preset.name}: {str(err).splitlines()[0]}"
+        ) from None
+    model.eval()
+
+
 def load_checkpoint(
     path: str | Path, space: Space
 ) -> tuple[CostModel, ConfigEncoder, dict[str, Any]]:
     """Load a model for ``space``; a model trained on another space or version is an error."""
     meta = read_metadata(path)
-    trained = meta["space"]
-    if (trained["name"], trained["version"]) != (space.name, space.version):
-        raise CognateError(
-            f"{path}: model was trained for space {trained['name']} version {trained['version']}, "
-            f"but the space here is {space.name} version {space.version}; retrain it"
-        )
+    _check_space(path, meta, space)
     encoder = make_encoder(space, meta["encoder"]["kind"].split("+", 1)[1])
-    if encoder.dim != meta["encoder"]["dim"]:
-        raise CognateError(f"{path}: encoder width {meta['encoder']['dim']} != {encoder.dim} here")
-    preset = preset_from_dict(
-        meta["preset"]["name"], {k: v for k, v in meta["preset"].items() if k != "name"}
-    )
-    model = CostModel(preset, encoder.dim)
-    with safe_open(str(path), framework="pt") as f:
-        state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - safe_open has no iterator
-    try:
-        model.load_state_dict(state)
-    except RuntimeError as err:
-        raise CognateError(
-            f"{path}: weights do not fit preset {preset.name}: {str(err).splitlines()[0]}"
-        ) from None
-    model.eval()
+    model = _new_model(path, meta, encoder.dim)
+    _load_weights(path, model)
     return model, encoder, meta

@@ -11,7 +11,8 @@ the whole data set, and it stops once every distinct row reconstructs exactly.
 
 Trained autoencoders are cached as safetensors under ``cognate_home()/autoencoders``,
 keyed by space name, space version and settings; the file's sha256 goes into every model
-that uses it. The encoder is registered as target-encoder kind ``ae``.
+that uses it, and a fine-tuned model also ships the weights (``AutoencoderEncoder.embedded``
+rebuilds the encoder from them). The encoder is registered as target-encoder kind ``ae``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 import yaml
 from safetensors import safe_open
-from safetensors.torch import save_file
+from safetensors.torch import save
 from torch import nn
 
 from cognate.config import Config
@@ -169,17 +170,22 @@ def _cache_path(space: Space, settings: AESettings) -> Path:
     return cognate_home() / "autoencoders" / f"{space.name}-{digest}.safetensors"
 
 
-def _save(path: Path, model: KnobAutoencoder, codebook: Codebook, space: Space) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+def ae_file_bytes(model: KnobAutoencoder, codebook: Codebook, space: Space) -> bytes:
+    """The cache file's exact bytes (safetensors serialises deterministically), so the
+    sha256 of a cache file can be recomputed from weights embedded in a model file."""
     meta = {
         "space": space.name,
         "version": space.version,
         "columns": [c.tolist() for c in codebook.columns],
     }
     tensors = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
-    tmp = path.with_name(f"{path.name}.{id(model)}.tmp")
-    save_file(tensors, str(tmp), metadata={"cognate-ae": json.dumps(meta)})
-    tmp.replace(path)  # atomic: concurrent trainers write identical files
+    return save(tensors, metadata={"cognate-ae": json.dumps(meta)})
+
+
+def _save(path: Path, model: KnobAutoencoder, codebook: Codebook, space: Space) -> None:
+    from cognate.model.train import _atomic_write  # train imports the encoders: no cycle
+
+    _atomic_write(path, ae_file_bytes(model, codebook, space))
 
 
 def _load(path: Path, settings: AESettings) -> tuple[KnobAutoencoder, Codebook]:
@@ -202,20 +208,35 @@ class AutoencoderEncoder(ConfigEncoder):
         self.space = space
         self.settings = settings or AESettings.from_config()
         self.dim = self.settings.latent
-        self.path = _cache_path(space, self.settings)
-        if self.path.is_file():
+        path = _cache_path(space, self.settings)
+        self.path: Path | None = path  # None: weights embedded in a model file
+        if path.is_file():
             try:
-                self.model, self.codebook = _load(self.path, self.settings)
+                self.model, self.codebook = _load(path, self.settings)
             except (OSError, KeyError, ValueError, RuntimeError):
-                self._train()  # a corrupt or foreign cache file is rebuilt
+                self._train(path)  # a corrupt or foreign cache file is rebuilt
         else:
-            self._train()
-        self.sha256 = hashlib.sha256(self.path.read_bytes()).hexdigest()
+            self._train(path)
+        self.sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
 
-    def _train(self) -> None:
+    @classmethod
+    def embedded(
+        cls, space: Space, settings: AESettings, model: KnobAutoencoder, codebook: Codebook
+    ) -> AutoencoderEncoder:
+        """The encoder of weights shipped inside a model file: no cache read, no training,
+        so a fine-tuned model scores the same on any machine."""
+        self = cls.__new__(cls)
+        self.space, self.settings, self.dim = space, settings, settings.latent
+        self.path = None
+        self.model, self.codebook = model, codebook
+        model.eval()
+        self.sha256 = hashlib.sha256(ae_file_bytes(model, codebook, space)).hexdigest()
+        return self
+
+    def _train(self, path: Path) -> None:
         rows = space_rows(self.space, self.settings.sample, self.settings.seed)
         self.model, self.codebook = train_autoencoder(rows, self.settings)
-        _save(self.path, self.model, self.codebook, self.space)
+        _save(path, self.model, self.codebook, self.space)
 
     def features(self, configs: Sequence[Config]) -> np.ndarray:
         rows = [np.asarray(self.space.knob_features(c), dtype=np.float32) for c in configs]

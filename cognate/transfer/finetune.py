@@ -5,7 +5,9 @@ test. ``matrices`` of the training split are picked with ``seed``; the model is 
 all their measured configs with the ranking loss and early-stopped on the validation
 split (the best validation epoch is kept); test is scored once, at the end, for the
 report. Everything (options, the split, the picked matrices, the source model, the
-autoencoder's hash, every epoch's validation metrics) goes into the checkpoint.
+autoencoder's hash, every epoch's validation metrics) goes into the checkpoint, and so do
+the autoencoder's weights and codebook: a fine-tuned model loads with the autoencoder it
+was trained with on any machine, whatever that machine's cache holds.
 
 Weights carry over by slot: the featurizer, the predictor and the context and homogeneous
 columns of the predictor's first layer come from the pretrained model. The heterogeneous
@@ -33,12 +35,15 @@ from cognate.model.encoding import ConcatEncoder, make_encoder
 from cognate.model.predictor import CostModel
 from cognate.model.preset import ModelPreset
 from cognate.model.train import (
-    CHECKPOINT_FORMAT,
     MatrixRuns,
     ProgressFn,
+    _check_space,
+    _checkpoint_metadata,
     _Embedder,
     _encode_all,
     _fit,
+    _load_weights,
+    _new_model,
     evaluate,
     load_checkpoint,
     read_metadata,
@@ -46,10 +51,17 @@ from cognate.model.train import (
 )
 from cognate.space import Space
 from cognate.targets import get_target
-from cognate.transfer.autoencoder import transfer_settings  # also registers kind "ae"
+from cognate.transfer.autoencoder import (  # also registers kind "ae"
+    AESettings,
+    AutoencoderEncoder,
+    Codebook,
+    KnobAutoencoder,
+    transfer_settings,
+)
 from cognate.transfer.mapper import HOMOGENEOUS_DIM, MAPPERS, homogeneous_encoder
 
 LATENTS: tuple[str, ...] = ("ae", "raw")
+AE_PREFIX = "ae"  # a fine-tuned model's autoencoder weights are saved as ae.*
 
 
 @dataclass(frozen=True)
@@ -170,8 +182,75 @@ def load_pretrained(path: Path) -> tuple[CostModel, dict[str, Any]]:
     """A pretrained model of any target (its own space must still be current)."""
     meta = read_metadata(path)
     source_space = get_target(meta["target"]).space(meta["op"])
-    model, _, meta = load_checkpoint(path, source_space)
+    load = load_transfer_model if "transfer" in meta else load_checkpoint
+    model, _, meta = load(path, source_space)
     return model, meta
+
+
+@dataclass
+class _TargetData:
+    """The target's runs split by matrix, encoded with the fine-tuning encoder."""
+
+    encoder: ConcatEncoder
+    keys: dict[str, list[str]]  # train, validation, test, finetune (the picked ones)
+    fit: list[MatrixRuns]
+    val: list[MatrixRuns]
+    test: list[MatrixRuns]
+    names: dict[str, str]
+
+
+def _prepare(runs: Sequence[MatrixRuns], space: Space, opts: FinetuneOptions) -> _TargetData:
+    """Split the target's matrices, pick the fine-tuning ones, encode every split."""
+    encoder = transfer_encoder(space, opts.mapper, opts.latent, opts.seed)
+    train_keys, val_keys, test_keys = split_target(
+        [r.key for r in runs], opts.val_fraction, opts.test_fraction, opts.split_seed
+    )
+    picked = pick_matrices(train_keys, opts.matrices, opts.seed)
+    keys = {"train": train_keys, "validation": val_keys, "test": test_keys, "finetune": picked}
+    data = _TargetData(
+        encoder,
+        keys,
+        fit=[r for r in runs if r.key in set(picked)],
+        val=[r for r in runs if r.key in set(val_keys)],
+        test=[r for r in runs if r.key in set(test_keys)],
+        names={r.key: r.matrix.name for r in runs},
+    )
+    for run in runs:
+        run.features = None  # encodings of another encoder must not leak in
+    _encode_all([*data.fit, *data.val, *data.test], encoder)
+    return data
+
+
+def _fit_best(
+    source: CostModel,
+    data: _TargetData,
+    opts: FinetuneOptions,
+    progress: ProgressFn | None,
+) -> tuple[CostModel, dict[str, Any], list[dict[str, float]], dict[str, float]]:
+    """Build the target model, carry the source's weights over, fine-tune, keep the best
+    validation epoch. Returns (model, copied, history, best)."""
+    torch.manual_seed(opts.seed)
+    preset = _preset_for(source.preset, opts)
+    model = CostModel(preset, data.encoder.dim)
+    model.set_normalisation(torch.cat([r.features for r in data.fit]))
+    copied: dict[str, Any] = {}
+    if not opts.from_scratch:
+        copied = _transfer_weights(source, model, opts.mapper != "none")
+    start = copy.deepcopy(model.state_dict())
+    if opts.zero_shot:
+        model.eval()
+        history = [{"epoch": 0, **evaluate(model, data.val, _Embedder(model).all(data.val))}]
+    else:
+        history = _fit(model, data.fit, data.val, opts.seed, progress)
+    # _fit keeps its best epoch >= 1; a transferred model may also stop at epoch 0 (no
+    # step taken) when no fine-tuning epoch beats the pretrained model on validation.
+    may_stop_at_0 = opts.zero_shot or not opts.from_scratch
+    scored = history if may_stop_at_0 else history[1:]
+    best = max(scored, key=lambda h: _finite(h[preset.train.early_stop_metric]))
+    if best["epoch"] == 0 and not opts.zero_shot:
+        model.load_state_dict(start)
+    model.eval()
+    return model, copied, history, best
 
 
 def finetune(
@@ -181,78 +260,26 @@ def finetune(
     options: FinetuneOptions,
     progress: ProgressFn | None = None,
 ) -> FinetuneResult:
-    """Adapt the model at ``pretrained`` to ``space`` with ``runs`` (the target's records)."""
+    """Adapt the model at ``pretrained`` to ``space`` with ``runs`` (the target's records).
+
+    The returned model carries its autoencoder (when the latent is ``ae``) as submodule
+    ``ae``, so the checkpoint ``save_checkpoint`` writes of it is self-contained."""
     opts = options.resolved()
     source, source_meta = load_pretrained(pretrained)
-    encoder = transfer_encoder(space, opts.mapper, opts.latent, opts.seed)
-    train_keys, val_keys, test_keys = split_target(
-        [r.key for r in runs], opts.val_fraction, opts.test_fraction, opts.split_seed
-    )
-    picked = pick_matrices(train_keys, opts.matrices, opts.seed)
-    fit_runs = [r for r in runs if r.key in set(picked)]
-    val_runs = [r for r in runs if r.key in set(val_keys)]
-    test_runs = [r for r in runs if r.key in set(test_keys)]
-    for run in runs:
-        run.features = None  # encodings of another encoder must not leak in
-    _encode_all([*fit_runs, *val_runs, *test_runs], encoder)
-
-    torch.manual_seed(opts.seed)
-    preset = _preset_for(source.preset, opts)
-    model = CostModel(preset, encoder.dim)
-    model.set_normalisation(torch.cat([r.features for r in fit_runs]))
-    copied: dict[str, Any] = {}
-    if not opts.from_scratch:
-        copied = _transfer_weights(source, model, opts.mapper != "none")
-    if opts.zero_shot:
-        model.eval()
-        history = [{"epoch": 0, **evaluate(model, val_runs, _Embedder(model).all(val_runs))}]
-    else:
-        start = copy.deepcopy(model.state_dict())
-        history = _fit(model, fit_runs, val_runs, opts.seed, progress)
-    # _fit keeps its best epoch >= 1; a transferred model may also stop at epoch 0 (no
-    # step taken) when no fine-tuning epoch beats the pretrained model on validation.
-    may_stop_at_0 = opts.zero_shot or not opts.from_scratch
-    scored = history if may_stop_at_0 else history[1:]
-    best = max(scored, key=lambda h: _finite(h[preset.train.early_stop_metric]))
-    if best["epoch"] == 0 and not opts.zero_shot:
-        model.load_state_dict(start)
-    model.eval()
+    data = _prepare(runs, space, opts)
+    model, copied, history, best = _fit_best(source, data, opts, progress)
     # the torch backend, as in training (MinkowskiEngine's threads crawl on shared cores)
-    test_metrics = evaluate(model, test_runs, _Embedder(model).all(test_runs))
-    names = {r.key: r.matrix.name for r in runs}
+    test_metrics = evaluate(model, data.test, _Embedder(model).all(data.test))
+    transfer = {
+        "options": asdict(opts),
+        "copied": copied,
+        **_ship_autoencoder(model, data.encoder),
+        "source": _source_record(Path(pretrained), source_meta),
+    }
     metadata = {
-        "format": CHECKPOINT_FORMAT,
-        "preset": preset.model_dump(),
-        "target": space.target,
-        "op": space.op,
-        "space": {"name": space.name, "version": space.version},
-        "encoder": {"kind": encoder.kind, "dim": encoder.dim},
-        "normalisation": {
-            "config_mean": model.config_mean.tolist(),
-            "config_std": model.config_std.tolist(),
-        },
-        "seed": opts.seed,
-        "transfer": {
-            "options": asdict(opts),
-            "copied": copied,
-            "autoencoder_sha256": getattr(encoder.parts[1], "sha256", None),
-            "source": {
-                "path": str(pretrained),
-                "sha256": _file_sha256(Path(pretrained)),
-                "target": source_meta["target"],
-                "op": source_meta["op"],
-                "space": source_meta["space"],
-                "encoder": source_meta["encoder"],
-                "metrics": source_meta.get("metrics", {}).get("best"),
-            },
-        },
-        "split": {
-            "seed": opts.split_seed,
-            "train": [{"sha256": k, "name": names[k]} for k in train_keys],
-            "validation": [{"sha256": k, "name": names[k]} for k in val_keys],
-            "test": [{"sha256": k, "name": names[k]} for k in test_keys],
-            "finetune": [{"sha256": k, "name": names[k]} for k in picked],
-        },
+        **_checkpoint_metadata(model, space, data.encoder, opts.seed),
+        "transfer": transfer,
+        "split": {"seed": opts.split_seed, **_named_keys(data)},
         "metrics": {
             "best_epoch": best["epoch"],
             "best": best,
@@ -260,7 +287,42 @@ def finetune(
             "test": test_metrics,
         },
     }
-    return FinetuneResult(model, encoder, metadata)
+    return FinetuneResult(model, data.encoder, metadata)
+
+
+def _named_keys(data: _TargetData) -> dict[str, list[dict[str, str]]]:
+    return {
+        split: [{"sha256": k, "name": data.names[k]} for k in keys]
+        for split, keys in data.keys.items()
+    }
+
+
+def _source_record(pretrained: Path, source_meta: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "path": str(pretrained),
+        "sha256": _file_sha256(pretrained),
+        "target": source_meta["target"],
+        "op": source_meta["op"],
+        "space": source_meta["space"],
+        "encoder": source_meta["encoder"],
+        "metrics": source_meta.get("metrics", {}).get("best"),
+    }
+
+
+def _ship_autoencoder(model: CostModel, encoder: ConcatEncoder) -> dict[str, Any]:
+    """Attach the autoencoder to ``model`` (its weights are saved under ``ae.``) and return
+    the metadata that rebuilds it: without them a model loaded on another machine would
+    silently encode with whatever autoencoder that machine's cache holds or retrains."""
+    part = encoder.parts[1]
+    if not isinstance(part, AutoencoderEncoder):
+        return {"autoencoder_sha256": None, "autoencoder": None}
+    part.model.requires_grad_(False)  # fine-tuning is over; it is shipped, not trained
+    model.add_module(AE_PREFIX, part.model)
+    shipped = {
+        "settings": asdict(part.settings),
+        "columns": [c.tolist() for c in part.codebook.columns],
+    }
+    return {"autoencoder_sha256": part.sha256, "autoencoder": shipped}
 
 
 def _finite(value: float) -> float:
@@ -270,30 +332,57 @@ def _finite(value: float) -> float:
 def load_transfer_model(
     path: str | Path, space: Space
 ) -> tuple[CostModel, ConcatEncoder, dict[str, Any]]:
-    """Load a fine-tuned model with the encoder it was trained with (mapper and latent)."""
-    from safetensors import safe_open
+    """Load a fine-tuned model with the encoder it was trained with (mapper and latent).
 
-    from cognate.model.preset import preset_from_dict
-
+    The autoencoder comes from the file itself when it ships one; an older file without
+    one rebuilds it from the cache, which must then be the one it was fine-tuned with."""
     meta = read_metadata(path)
     if "transfer" not in meta:
         raise CognateError(f"{path}: not a fine-tuned model (no transfer metadata)")
-    trained = meta["space"]
-    if (trained["name"], trained["version"]) != (space.name, space.version):
-        raise CognateError(
-            f"{path}: model was fine-tuned for {trained['name']} version {trained['version']}, "
-            f"not {space.name} version {space.version}"
-        )
-    opts = meta["transfer"]["options"]
-    encoder = transfer_encoder(space, opts["mapper"], opts["latent"], opts["seed"])
-    if encoder.dim != meta["encoder"]["dim"]:
-        raise CognateError(f"{path}: encoder width {meta['encoder']['dim']} != {encoder.dim}")
-    preset_data = {k: v for k, v in meta["preset"].items() if k != "name"}
-    model = CostModel(preset_from_dict(meta["preset"]["name"], preset_data), encoder.dim)
-    with safe_open(str(path), framework="pt") as f:
-        model.load_state_dict({k: f.get_tensor(k) for k in f.keys()})  # noqa: SIM118
-    model.eval()
+    _check_space(path, meta, space)
+    transfer = meta["transfer"]
+    if transfer.get("autoencoder"):
+        model, encoder = _load_shipped(path, meta, space)
+    else:
+        opts = transfer["options"]
+        encoder = transfer_encoder(space, opts["mapper"], opts["latent"], opts["seed"])
+        _check_autoencoder(path, transfer, encoder)
+        model = _new_model(path, meta, encoder.dim)
+        _load_weights(path, model)
     return model, encoder, meta
+
+
+def _load_shipped(
+    path: str | Path, meta: dict[str, Any], space: Space
+) -> tuple[CostModel, ConcatEncoder]:
+    """Model and encoder of a file that ships its autoencoder (weights ``ae.*``)."""
+    opts, shipped = meta["transfer"]["options"], meta["transfer"]["autoencoder"]
+    try:
+        settings = AESettings(**shipped["settings"])
+        codebook = Codebook(shipped["columns"])
+    except (TypeError, KeyError, ValueError) as err:
+        raise CognateError(f"{path}: corrupt autoencoder metadata: {err}") from None
+    ae = KnobAutoencoder(codebook.sizes, settings.latent, settings.hidden)
+    homogeneous = homogeneous_encoder(space, opts["mapper"], opts["seed"])
+    model = _new_model(path, meta, homogeneous.dim + settings.latent)
+    model.add_module(AE_PREFIX, ae)
+    _load_weights(path, model)  # the autoencoder's weights too, strictly
+    encoder = ConcatEncoder(
+        [homogeneous, AutoencoderEncoder.embedded(space, settings, ae, codebook)]
+    )
+    _check_autoencoder(path, meta["transfer"], encoder)
+    return model, encoder
+
+
+def _check_autoencoder(path: str | Path, transfer: dict[str, Any], encoder: ConcatEncoder) -> None:
+    """The autoencoder in use must be the one the model was fine-tuned with (by sha256)."""
+    expected = transfer.get("autoencoder_sha256")
+    got = getattr(encoder.parts[1], "sha256", None)
+    if expected and got != expected:
+        raise CognateError(
+            f"{path}: model was fine-tuned with autoencoder {expected[:12]}, but the one "
+            f"here is {str(got)[:12]}; fine-tune it again"
+        )
 
 
 __all__ = [
