@@ -49,9 +49,12 @@ from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.runner import STATUSES, Measurement, Runner
 from cognate.space import Space
+from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH
 
 DEFAULT_CONFIGS = 100
 DEFAULT_WIDTH = 64
+# The widest dense operand a target can run (targets not listed have no fixed limit).
+_MAX_WIDTHS: dict[str, int] = {"cpu": MAX_SPECIALISED_WIDTH}
 
 
 @dataclass
@@ -538,12 +541,19 @@ def _matrix_files(matrix_paths: Sequence[str | Path]) -> list[Path]:
     return files
 
 
-def _check_numbers(width: int, n_configs: int, jobs: int | None, batch: int) -> None:
+def _check_numbers(
+    target_name: str, width: int, n_configs: int, jobs: int | None, batch: int
+) -> None:
     for name, value in (("width", width), ("configs", n_configs), ("batch", batch)):
         if value < 1:
             raise CognateError(f"--{name} must be at least 1, got {value}")
     if jobs is not None and jobs < 1:
         raise CognateError(f"--jobs must be at least 1, got {jobs}")
+    # Checked up front: past the limit every config would be stored as an error record,
+    # and a resume would then take those as done.
+    limit = _MAX_WIDTHS.get(target_name)
+    if limit is not None and width > limit:
+        raise CognateError(f"--width {width} is over the {target_name} limit of {limit}")
 
 
 def _progress(console: Console) -> Progress:
@@ -585,7 +595,7 @@ def collect(
     from cognate.store import Store  # engineer B's store; imported where needed
 
     runner_options = dict(runner_options or {})
-    _check_numbers(width, n_configs, jobs, batch)
+    _check_numbers(target_name, width, n_configs, jobs, batch)
     target = targets.get_target(target_name)
     space = target.space(op)
     files = _matrix_files(matrix_paths)

@@ -45,6 +45,9 @@ MATRIX_SUFFIXES: tuple[str, ...] = (".mtx.gz", ".tar.gz", ".tgz", ".mtx", ".npz"
 # (coordinates, values, mirrored copy, CSR conversion): a generous upper estimate.
 _BYTES_PER_ENTRY = 64
 _HEAD_BYTES = 1 << 20  # the Matrix Market header (banner, comments, size line) must fit here
+# Bytes one entry line may take: two int32 indices and two 17-digit complex parts fit in ~75.
+_MAX_LINE_BYTES = 128
+_CHUNK_BYTES = 1 << 24
 _FIELDS = ("real", "integer", "complex", "pattern")
 _SYMMETRIES = ("general", "symmetric", "skew-symmetric", "hermitian")
 # Exceptions the parsing libraries (fast_matrix_market, gzip, tarfile, zipfile, numpy,
@@ -178,7 +181,7 @@ def _read_mtx_stream(
     """
     data = stream.read(_HEAD_BYTES)
     header = _mm_header(path, data, plain_size)
-    data += stream.read()
+    data += _read_body(path, stream, int(header.nnz))
     (values, (row_idx, col_idx)), _ = _mm_call(
         fmm.read_coo, io.BytesIO(data), generalize_symmetry=False
     )
@@ -197,6 +200,25 @@ def _read_mtx_stream(
     if header.field == "pattern":
         csr.data[:] = 1.0
     return csr, header.field, header.symmetry
+
+
+def _read_body(path: Path, stream: IO[bytes], entries: int) -> bytes:
+    """The rest of the stream, refused once it is longer than ``entries`` lines can be.
+
+    A compressed file can expand without limit (a gzip bomb): the header's entry count
+    bounds what a valid body needs, so reading stops there instead of exhausting memory.
+    """
+    limit = entries * _MAX_LINE_BYTES + _HEAD_BYTES
+    chunks, size = [], 0
+    # In chunks: read(limit) would allocate the whole (possibly huge) limit up front.
+    while chunk := stream.read(min(_CHUNK_BYTES, limit + 1 - size)):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise InputError(
+                path, f"data go on past {limit} bytes, more than {entries} declared entries need"
+            )
+    return b"".join(chunks)
 
 
 def _mm_header(path: Path, head: bytes, plain_size: int | None) -> Any:

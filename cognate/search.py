@@ -35,6 +35,7 @@ from cognate.paths import data_dir
 from cognate.runner import Measurement
 from cognate.space import Space
 from cognate.targets import Target, get_target
+from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH as MAX_WIDTH
 
 DEFAULT_CANDIDATES = 20_000
 DEFAULT_SEED = 0
@@ -359,6 +360,7 @@ class TuneResult:
     verified: bool = False
     library: str | None = None
     library_runtime_s: float | None = None
+    library_error: str | None = None  # why the library reference has no timing
     skipped_too_large: int = 0  # better-ranked cpu configs whose layout exceeds the limit
     _kernels: dict[int, Any] = field(default_factory=dict, repr=False)
 
@@ -394,7 +396,7 @@ class TuneResult:
 
         width = check_operands(self.op, self.matrix.shape, operands)
         if width not in self._kernels:
-            self._kernels[width] = _CpuKernel(self.matrix, self.op, self.config, width)
+            self._kernels[width] = _CpuKernel(self.matrix, self.op, self.config, operands)
         return self._kernels[width](operands)
 
     def as_dict(self) -> dict[str, Any]:
@@ -433,30 +435,34 @@ class TuneResult:
             out["library"] = self.library or LIBRARY_NAMES[self.op]
             out["library_runtime_s"] = self.library_runtime_s
             out["speedup_vs_library"] = self.speedup_vs_library
+            out["library_error"] = self.library_error
         return out
 
 
 class _CpuKernel:
-    """The chosen cpu schedule compiled for one dense width, with A packed once."""
+    """The chosen cpu schedule for one dense width: ``prepare_kernel`` packs A and compiles
+    once; each call copies the operands into buffers the prepared call reads in place."""
 
-    def __init__(self, matrix: Matrix, op: str, config: Config, width: int) -> None:
-        from cognate.targets.cpu.codegen import compile_structure
-        from cognate.targets.cpu.pack import pack
+    def __init__(
+        self, matrix: Matrix, op: str, config: Config, operands: Sequence[np.ndarray]
+    ) -> None:
+        from cognate.targets.cpu.runner import prepare_kernel
 
-        self.matrix, self.op, self.knobs = matrix, op, dict(config.knobs)
-        self.packed = pack(matrix.csr, op, self.knobs, width=width)
-        self.lib_path = str(compile_structure(self.packed.structure))
+        self.csr, self.op = matrix.csr, op
+        # Private float32 copies: the prepared call would otherwise alias the caller's arrays,
+        # and copying the next call's operands in would overwrite them.
+        self.buffers = tuple(np.array(a, dtype=np.float32, order="C") for a in operands)
+        self.call = prepare_kernel(matrix, op, config, *self.buffers)
 
     def __call__(self, operands: Sequence[np.ndarray]) -> np.ndarray | sp.csr_matrix:
-        from cognate.targets.cpu.kernel import KernelCall
-
-        call = KernelCall(self.lib_path, self.packed, self.knobs, tuple(operands))
-        call()
-        out = call.result()
+        for buffer, array in zip(self.buffers, operands, strict=True):
+            np.copyto(buffer, array, casting="unsafe")
+        self.call()
+        out = self.call.result().copy()  # the output buffer is reused by the next call
         if self.op == "spmm":
-            return out.copy()
-        csr = self.matrix.csr
-        return sp.csr_matrix((out.copy(), csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
+            return out
+        csr = self.csr
+        return sp.csr_matrix((out, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
 
 
 # --- tune: the whole search -----------------------------------------------------------------
@@ -477,8 +483,8 @@ def tune_matrix(
 ) -> TuneResult:
     """Rank the candidates of (target, op) for ``matrix``; with ``verify``, measure the top-k
     and the baseline (and on cpu the library reference)."""
-    if not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= 4096:
-        raise CognateError(f"width must be an integer in 1..4096, got {width!r}")
+    if not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= MAX_WIDTH:
+        raise CognateError(f"width must be an integer in 1..{MAX_WIDTH}, got {width!r}")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise CognateError(f"top-k must be a positive integer, got {top_k!r}")
     the_target = get_target(target)
@@ -515,8 +521,17 @@ def _verify(
         candidate.status, candidate.runtime_s, candidate.error = m.status, m.runtime_s, m.error
     result.verified = True
     if result.target == "cpu":
-        result.library = LIBRARY_NAMES[result.op]
+        _time_library(result)
+
+
+def _time_library(result: TuneResult) -> None:
+    """Time the library reference; its failure (e.g. MKL not installed: it is only in the
+    optional [bench] extra) must not throw away the kernel timings already taken."""
+    result.library = LIBRARY_NAMES[result.op]
+    try:
         result.library_runtime_s = library_runtime(result.matrix, result.op, result.width)
+    except CognateError as exc:
+        result.library_runtime_s, result.library_error = None, str(exc)
 
 
 # --- emit -----------------------------------------------------------------------------------

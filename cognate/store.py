@@ -370,16 +370,26 @@ class Store:
         if suffix not in (".parquet", ".csv"):
             raise CognateError(f"{path}: export format must be .parquet or .csv")
         df = self.frame(target=target, op=op, status=status)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        os.close(fd)
         try:
-            if suffix == ".csv":
-                df.to_csv(tmp, index=False)
-            else:
-                df.to_parquet(tmp, engine="pyarrow", index=False)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+            _write_frame(df, path, suffix)
+        except OSError as e:  # a user's bad path is one line, not "internal error"
+            raise CognateError(f"{path}: cannot write: {e.strerror or e}") from None
         return len(df)
+
+
+def _write_frame(df: pd.DataFrame, path: Path, suffix: str) -> None:
+    """Write ``df`` to a temporary file beside ``path`` and rename it into place."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        if suffix == ".csv":
+            df.to_csv(tmp, index=False)
+        else:
+            df.to_parquet(tmp, engine="pyarrow", index=False)
+        # mkstemp makes the file 0600; an export is meant to be read by others.
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -187,7 +187,10 @@ def assert_one_record_per_config(db: Path, expected_per_matrix: dict[str, int]) 
 
 def cli(*args: str) -> list[str]:
     """A real `cognate` process that knows the test targets."""
+    # A process started from a background shell inherits SIGINT ignored; the Ctrl-C tests
+    # need Python's KeyboardInterrupt handler back.
     code = (
+        "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
         f"import sys; sys.path.insert(0, {str(TESTS_DIR)!r}); import test_collect; "
         "test_collect.install(); from cognate.cli import run; run(sys.argv[1:])"
     )
@@ -499,3 +502,33 @@ def test_spade_target_end_to_end_in_a_process_pool(
     assert (df["runtime_s"] > 0).all()
     # Deterministic simulator: a rerun measures nothing, and the same seed picks the same set.
     assert collect("spade", op, 32, small, db_path=db, n_configs=4, jobs=2).written == 0
+
+
+def test_cpu_width_over_the_limit_is_refused_before_measuring(
+    small: list[Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Past the codegen limit every config used to be stored as an error and exit 0."""
+    from cognate.cli import run
+    from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH
+
+    db = tmp_path / "cpu.db"
+    too_wide = str(MAX_SPECIALISED_WIDTH + 1)
+    with pytest.raises(SystemExit) as exit_info:
+        run(
+            [
+                "collect",
+                "--target",
+                "cpu",
+                "--op",
+                "spmm",
+                "--width",
+                too_wide,
+                "--db",
+                str(db),
+                str(small[0]),
+            ]
+        )
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"--width {too_wide} is over the cpu limit" in err[0]
+    assert not db.exists() or records(db).empty

@@ -211,6 +211,18 @@ def test_tgz_with_single_mtx(tmp_path):
     assert matrix.nnz == 1 and matrix.csr[1, 1] == 4
 
 
+def test_decompressed_size_is_bounded_by_the_declared_entries(tmp_path):
+    """A .mtx.gz whose body outgrows its header's entry count stops being read (gzip bomb);
+    modest trailing padding within the bound still loads."""
+    head = b"%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1.0\n"
+    fine, bomb = tmp_path / "fine.mtx.gz", tmp_path / "bomb.mtx.gz"
+    fine.write_bytes(gzip.compress(head + b"\n" * 1000))
+    bomb.write_bytes(gzip.compress(head + b"\n" * (4 << 20)))
+    assert load_matrix(fine).nnz == 1
+    with pytest.raises(InputError, match="more than 1 declared entries need"):
+        load_matrix(bomb)
+
+
 def test_matrix_stats_on_a_known_matrix():
     dense = np.array([[1, 0, 0, 2], [0, 0, 0, 0], [0, 3, 4, 0]], dtype=np.float32)
     stats = matrix_stats(Matrix("k", sp.csr_matrix(dense), field="real"))

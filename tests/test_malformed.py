@@ -81,6 +81,8 @@ GENERATED_PROBLEMS = {
     "no_mtx.tar.gz": r"archive holds no \.mtx file",
     "not_a_tar.tar.gz": r"(not a gzip file|invalid header|truncated|bad checksum|empty file)",
     "corrupt_tar.tar.gz": r"corrupt or truncated compressed data",
+    "bomb.mtx.gz": r"data go on past \d+ bytes, more than 1 declared entries need",
+    "bomb.tar.gz": r"data go on past \d+ bytes, more than 1 declared entries need",
     "missing.mtx": r"no such file",
     "empty_folder": r"no matrix files",
 }
@@ -131,6 +133,10 @@ def _make_generated(folder: Path, real_gz: Path) -> None:
     good_tar.unlink()
     (folder / "corrupt_tar.tar.gz").write_bytes(tar_bytes[: len(tar_bytes) // 2])
     (folder / "empty_folder").mkdir()
+    # Decompression bombs: a header declaring 1 entry, then 32 MiB of padding (~32 KiB packed).
+    bomb = b"%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1.0\n" + b"\n" * (32 << 20)
+    (folder / "bomb.mtx.gz").write_bytes(gzip.compress(bomb))
+    _tar(folder / "bomb.tar.gz", [(_member("bomb/bomb.mtx"), bomb)])
 
 
 # Runs cognate's console entry point (cognate.cli.run) once per path in a forked child

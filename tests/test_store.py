@@ -169,6 +169,7 @@ def test_export_parquet_and_csv(tmp_path: Path, west: Matrix) -> None:
     result = CliRunner().invoke(main, ["data", "export", "--db", str(db), "-o", str(out)])
     assert result.exit_code == 0, result.output
     df = pd.read_parquet(out)
+    assert out.stat().st_mode & 0o777 == 0o644  # not mkstemp's 0600: others may read it
     assert set(REQUIRED_EXPORT_COLUMNS) <= set(df.columns)
     assert len(df) == 4 and df["is_baseline"].dtype == bool
     assert json.loads(df["config"].iloc[0]) == _batch()[0].config.knobs
@@ -186,6 +187,24 @@ def test_export_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixtur
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "missing.sqlite" in err and "Traceback" not in err
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("where", ["/proc/x.parquet", "file/x.csv"])
+def test_export_to_an_unwritable_path_is_one_line(
+    tmp_path: Path, west: Matrix, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """Used to print "internal error: FileNotFoundError"."""
+    db = tmp_path / "r.sqlite"
+    with Store(db) as store:
+        store.record(west, "cpu", "spmm", 32, _batch(), space_version="v1")
+    (tmp_path / "file").write_text("a file, not a folder")
+    out = tmp_path / where  # an absolute ``where`` replaces tmp_path
+    with pytest.raises(SystemExit) as exit_info:
+        run(["data", "export", "--db", str(db), "-o", str(out)])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{out}: cannot write" in err
+    assert "internal error" not in err and "Traceback" not in err
 
 
 # -- crash and concurrency: real processes ----------------------------------------------

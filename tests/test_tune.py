@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-import torch
 import yaml
 
 import cognate
@@ -34,13 +33,7 @@ CPU_TRAIN = ("494_bus", "west0479", "olm500")
 TUNED = "dwt_878"  # not in either training set
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors: on a shared 2-core machine OpenMP spinning costs far more than it gives."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny tensors (see conftest)
 
 
 def tiny_preset():
@@ -193,6 +186,24 @@ def test_cpu_verify_measures_and_emits_compilable_c(cpu_model, tuned, tmp_path, 
     assert compile_c(c_file.read_text()).is_file()  # the real compiler accepts it
 
 
+def test_failed_library_reference_keeps_the_measurements(
+    cpu_model, tuned, monkeypatch, capsys
+) -> None:
+    """MKL is only in the optional [bench] extra: its failure used to discard the timings."""
+
+    def no_library(*_args: object, **_kwargs: object) -> float:
+        raise CognateError("library reference (mkl) failed: ModuleNotFoundError: sparse_dot_mkl")
+
+    monkeypatch.setattr("cognate.search.library_runtime", no_library)
+    args = [str(tuned), "--target", "cpu", "--width", str(WIDTH), "--model", str(cpu_model)]
+    got = tune_json([*args, "--top-k", "1", "--candidates", "200", "--verify"], capsys)
+    assert got["verified"] and got["baseline"]["status"] == "ok"
+    assert got["baseline"]["runtime_s"] > 0
+    assert got["library"] == "mkl" and got["library_runtime_s"] is None
+    assert got["speedup_vs_library"] is None
+    assert "sparse_dot_mkl" in got["library_error"]
+
+
 # --- the Python API -------------------------------------------------------------------------
 
 
@@ -206,6 +217,16 @@ def test_api_kernel_equals_scipy(cpu_model, tuned) -> None:
     for width in (16, 5):  # another width: packed and compiled again
         b = rng.uniform(-1, 1, (200, width)).astype(np.float32)
         np.testing.assert_allclose(result.kernel(b), a.astype(np.float32) @ b, rtol=1e-4, atol=1e-5)
+    # Same width again: the packed kernel is reused, yet reads the new operand, never
+    # writes into the caller's arrays, and returns results later calls do not overwrite.
+    b1 = rng.uniform(-1, 1, (200, 16)).astype(np.float32)
+    b2 = rng.uniform(-1, 1, (200, 16))
+    b2_before = b2.copy()
+    c1 = result.kernel(b1)
+    c2 = result.kernel(b2)  # float64: converted, not aliased
+    np.testing.assert_allclose(c1, a.astype(np.float32) @ b1, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(c2, a @ b2, rtol=1e-4, atol=1e-5)
+    assert (b2 == b2_before).all() and len(result._kernels) == 2
     with pytest.raises(CognateError, match="dense operand"):
         result.kernel(np.zeros((7, 4), dtype=np.float32))
     from_path = cognate.tune(
