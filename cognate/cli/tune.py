@@ -70,6 +70,8 @@ def _print_summary(console: Console, result: Any) -> None:
         text += f"; {result.speedup_vs_baseline:.3f}x vs baseline"
     if result.speedup_vs_library is not None:
         text += f"; {result.speedup_vs_library:.3f}x vs {result.library}"
+    elif getattr(result, "library_error", None):
+        text += f"; library reference not timed: {result.library_error}"
     console.print(text)
 
 
