@@ -6,7 +6,7 @@ says what happened (as in TVM meta_schedule's RunnerResult).
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from abc import ABC
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -34,11 +34,15 @@ ProgressFn = Callable[[Measurement], None]
 
 
 class Runner(ABC):
-    """Measures configs on a target. One instance may be reused across matrices."""
+    """Measures configs on a target. One instance may be reused across matrices.
+
+    A target implements ``measure_one`` and, when the configs of a batch share setup (a
+    reference, cached tilings), ``begin_batch`` and ``end_batch``; ``measure`` drives the
+    loop. A runner may instead override ``measure`` whole (tests' fake runners do).
+    """
 
     target: str
 
-    @abstractmethod
     def measure(
         self,
         matrix: Matrix,
@@ -48,3 +52,26 @@ class Runner(ABC):
         progress: ProgressFn | None = None,
     ) -> list[Measurement]:
         """One Measurement per config, in order; ``progress`` is called after each."""
+        self.begin_batch(matrix, op, width)
+        results = []
+        try:
+            for config in configs:
+                result = self.measure_one(matrix, op, width, config)
+                results.append(result)
+                if progress is not None:
+                    progress(result)
+        finally:
+            self.end_batch()
+        return results
+
+    def begin_batch(self, matrix: Matrix, op: str, width: int) -> None:  # noqa: B027 - a hook
+        """Set up what every config of this (matrix, op, width) shares; nothing by default."""
+
+    def end_batch(self) -> None:  # noqa: B027 - a hook
+        """Release what begin_batch set up (e.g. device memory); nothing by default."""
+
+    def measure_one(self, matrix: Matrix, op: str, width: int, config: Config) -> Measurement:
+        """Measure one config of the current batch; never raises for a bad candidate."""
+        raise NotImplementedError(
+            f"{type(self).__name__} implements neither measure_one nor measure"
+        )

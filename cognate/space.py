@@ -7,14 +7,17 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.paths import configs_dir
+
+SpecT = TypeVar("SpecT", bound=BaseModel)
 
 
 def load_space_yaml(name: str) -> tuple[dict[str, Any], str]:
@@ -27,6 +30,20 @@ def load_space_yaml(name: str) -> tuple[dict[str, Any], str]:
     if not isinstance(data, dict):
         raise CognateError(f"{path}: a space file must be a YAML mapping")
     return data, hashlib.sha256(raw).hexdigest()[:12]
+
+
+def load_space_spec(name: str, model: type[SpecT]) -> tuple[SpecT, str]:
+    """Read ``configs/<name>.yaml`` into the pydantic ``model``; return it and the version.
+
+    A malformed file raises one CognateError naming the file and the first bad field.
+    """
+    data, version = load_space_yaml(name)
+    try:
+        return model.model_validate(data), version
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CognateError(f"{space_file(name)}: {where}: {first['msg']}") from None
 
 
 LOOP_VARS: tuple[str, ...] = ("i1", "i0", "k1", "k0", "j1", "j0")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 # Triton kernels must see this before their module is imported (DESIGN section 11).
 os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -34,9 +35,26 @@ def waco_files(shared: Path) -> list[Path]:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each test gets its own COGNATE_HOME, so nothing leaks into the user's cache.
+def _isolated_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Point COGNATE_HOME at one folder under the session's temp dir, so nothing leaks into
+    the user's cache.
 
-    The compiled-kernel cache is shared across the session to avoid recompiling.
+    All tests of a session share that folder (and so the compiled-kernel cache, which avoids
+    recompiling); a test that needs an empty home must make its own.
     """
     monkeypatch.setenv("COGNATE_HOME", str(tmp_path_factory.getbasetemp() / "cognate-home"))
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """Torch on one thread for a module of tiny tensors: on a shared 2-core machine OpenMP
+    spinning costs far more than it gives. Request it with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch  # here, so that modules without torch tests never import it
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

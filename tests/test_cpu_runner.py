@@ -130,6 +130,24 @@ def test_too_large_and_malformed_configs_are_records(shared: Path) -> None:
     assert results[1].status == "error" and "j1 must come before j0" in results[1].error
 
 
+def test_a_failed_load_does_not_leave_the_old_matrix_marked_loaded(matrix: Matrix) -> None:
+    """The worker drops its matrix before a load; if that load fails, the next batch of the
+    old matrix must load it again instead of getting "worker has no matrix loaded"."""
+    config = make_space("spmm").baseline(matrix.shape)
+    broken = Matrix("broken", matrix.csr.copy())
+    broken.csr.indptr[-1] = matrix.nnz + 5  # past the arrays: scipy rejects it in the worker
+    runner = CpuRunner(repeats=1, warmup=0, timeout_s=20.0)
+    try:
+        first = runner.measure(matrix, "spmm", 8, [config])
+        failed = runner.measure(broken, "spmm", 8, [config])
+        again = runner.measure(matrix, "spmm", 8, [config])
+    finally:
+        runner.close()
+    assert first[0].status == "ok", first[0].error
+    assert failed[0].status == "error" and "loading the matrix" in failed[0].error
+    assert again[0].status == "ok", again[0].error
+
+
 def test_mismatch_detects_a_single_wrong_entry(matrix: Matrix) -> None:
     base = make_space("sddmm").baseline(matrix.shape)
     packed = pack(matrix.csr, "sddmm", base.knobs)

@@ -84,3 +84,22 @@ def test_runner_reports_bad_config_as_error(target, shared):
     results = target.runner().measure(matrix, "spmm", 32, [bad, good])
     assert results[0].status == "error" and "knobs" in results[0].error
     assert results[1].status == "ok"
+
+
+def test_runner_takes_the_shared_options_and_rejects_typos(target):
+    runner = target.runner(timeout_s=5.0, repeats=3)  # accepted, ignored: runs are deterministic
+    assert runner.machine.pes >= 1
+    with pytest.raises(CognateError, match=r"does not take these options \(repeat, warmup\)"):
+        target.runner(repeat=3, warmup=1)
+
+
+def test_reused_runner_matches_fresh_runners_across_matrices(target, shared):
+    """Tilings are cached per batch: a second matrix must not reuse the first one's."""
+    folder = shared / "matrices" / "suitesparse"
+    first, second = (load_matrix(folder / f"{n}.mtx.gz") for n in ("bcspwr06", "494_bus"))
+    configs = [target.space("spmm").baseline()]
+    runner = target.runner()
+    runner.measure(first, "spmm", 32, configs)
+    reused = runner.measure(second, "spmm", 32, configs)
+    fresh = target.runner().measure(second, "spmm", 32, configs)
+    assert reused[0].status == "ok" and reused[0].runtime_s == fresh[0].runtime_s

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -27,7 +27,7 @@ import scipy.sparse as sp
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix, canonicalize
-from cognate.runner import Measurement, ProgressFn, Runner
+from cognate.runner import Measurement, Runner
 from cognate.targets.cpu.codegen import LoopStructure, compile_structure, structure_of
 from cognate.targets.cpu.kernel import KernelCall, check_operands, runtime_knob
 from cognate.targets.cpu.pack import pack
@@ -195,22 +195,6 @@ class CpuRunner(Runner):
         path = compile_structure(structure)
         return str(path), {"compile_s": time.perf_counter() - start}
 
-    def measure(
-        self,
-        matrix: Matrix,
-        op: str,
-        width: int,
-        configs: Sequence[Config],
-        progress: ProgressFn | None = None,
-    ) -> list[Measurement]:
-        results = []
-        for config in configs:
-            result = self._measure_one(matrix, op, width, config)
-            results.append(result)
-            if progress is not None:
-                progress(result)
-        return results
-
     def close(self) -> None:
         if self._worker is not None:
             self._worker.stop()
@@ -228,6 +212,9 @@ class CpuRunner(Runner):
             self._worker = _Worker()
         if self._worker.loaded != key:
             csr = matrix.csr
+            # The worker drops its matrix before loading: if this load fails, the old key
+            # must not make a later batch of the old matrix skip its reload.
+            self._worker.loaded = None
             self._worker.send(("load", csr.indptr, csr.indices, csr.data, csr.shape, op, width))
             reply = self._worker.receive(self.setup_timeout_s, "loading the matrix")
             if reply[0] != "loaded":
@@ -235,7 +222,7 @@ class CpuRunner(Runner):
             self._worker.loaded = key
         return self._worker
 
-    def _measure_one(self, matrix: Matrix, op: str, width: int, config: Config) -> Measurement:
+    def measure_one(self, matrix: Matrix, op: str, width: int, config: Config) -> Measurement:
         counters: dict[str, Any] = {"threads": omp_threads()}
         try:
             lib_path, build_counters = self.build(op, config, width)

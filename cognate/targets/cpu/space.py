@@ -21,11 +21,11 @@ from functools import cache
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
 from cognate.config import Config
 from cognate.errors import CognateError
-from cognate.space import LoopNest, Space, load_space_yaml, space_file
+from cognate.space import LoopNest, Space, load_space_spec, space_file
 
 OPS: tuple[str, ...] = ("spmm", "sddmm")
 KNOBS: tuple[str, ...] = ("isplit", "ksplit", "jsplit", "order", "formats", "chunk")
@@ -100,13 +100,7 @@ class CpuSpace(Space):
                 f"unknown op {op!r} for target cpu; expected one of {', '.join(OPS)}"
             )
         self.target, self.op, self.name = TARGET, op, f"cpu-{op}"
-        data, self.version = load_space_yaml(self.name)
-        try:
-            spec = _SpaceFile.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise CognateError(f"{space_file(self.name)}: {where}: {first['msg']}") from None
+        spec, self.version = load_space_spec(self.name, _SpaceFile)
         self._spec = spec
         self.loops: tuple[str, ...] = tuple(spec.loops)
         self.sparse_vars: tuple[str, str] = spec.sparse_vars

@@ -22,14 +22,14 @@ import os
 import statistics
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
-from cognate.runner import Measurement, ProgressFn, Runner
+from cognate.runner import Measurement, Runner
 from cognate.targets.gpu.kernels import load_kernels
 from cognate.targets.gpu.problem import Problem, make_problem
 from cognate.targets.gpu.space import GpuSpace
@@ -102,36 +102,37 @@ class GpuRunner(Runner):
         self._flush = None  # L2-sized buffer, zeroed before each timed run
         self.kernels = load_kernels()
         self._spaces: dict[str, GpuSpace] = {}
+        # The current batch (set by begin_batch): None with a failure message if setup failed.
+        self._batch: _Batch | None = None
+        self._library: dict[str, Any] = {}
+        self._failure = "no batch begun"
 
     # ------------------------------------------------------------------ public
 
-    def measure(
-        self,
-        matrix: Matrix,
-        op: str,
-        width: int,
-        configs: Sequence[Config],
-        progress: ProgressFn | None = None,
-    ) -> list[Measurement]:
-        space = self._space(op)
+    def begin_batch(self, matrix: Matrix, op: str, width: int) -> None:
+        """Upload the inputs and time the library reference once for the whole batch."""
+        self._space(op)  # an unknown op fails the batch with one line, before any upload
+        self._batch, self._library = None, {}  # free the last batch's tensors before uploading
         try:
             batch = self._prepare(matrix, op, width)
             library = self._library_reference(batch)
         except CognateError:
             raise
         except Exception as exc:  # noqa: BLE001 - e.g. out of device memory for the inputs
-            batch, library, failure = None, {}, _one_line(exc)
-        results = []
-        for config in configs:
-            if batch is None:
-                result = Measurement(config, _status_of_failure(failure), error=failure)
-            else:
-                result = self._measure_one(space, batch, config)
-                result.counters.update(library)
-            results.append(result)
-            if progress is not None:
-                progress(result)
-        return results
+            self._batch, self._library, self._failure = None, {}, _one_line(exc)
+            return
+        self._batch, self._library, self._failure = batch, library, ""
+
+    def end_batch(self) -> None:
+        # The inputs leave the device with the batch, as they did when it was a local.
+        self._batch, self._library, self._failure = None, {}, "no batch begun"
+
+    def measure_one(self, matrix: Matrix, op: str, width: int, config: Config) -> Measurement:
+        if self._batch is None:  # the batch's setup failed: every config records why
+            return Measurement(config, _status_of_failure(self._failure), error=self._failure)
+        result = self._measure_config(self._space(op), self._batch, config)
+        result.counters.update(self._library)
+        return result
 
     # ------------------------------------------------------------------ per batch
 
@@ -180,7 +181,7 @@ class GpuRunner(Runner):
 
     # ------------------------------------------------------------------ per config
 
-    def _measure_one(self, space: GpuSpace, batch: _Batch, config: Config) -> Measurement:
+    def _measure_config(self, space: GpuSpace, batch: _Batch, config: Config) -> Measurement:
         try:
             knobs = dict(space.validate(config.knobs).knobs)
         except CognateError as exc:

@@ -34,11 +34,11 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cognate.config import Config
 from cognate.errors import CognateError
-from cognate.space import LoopNest, Space, load_space_yaml, space_file
+from cognate.space import LoopNest, Space, load_space_spec, space_file
 
 KNOB_NAMES: tuple[str, ...] = (
     "rows_per_program",
@@ -118,13 +118,7 @@ class GpuSpace(Space):
     def __init__(self, op: str) -> None:
         self.op = op
         self.name = f"gpu-{op}"
-        data, self.version = load_space_yaml(self.name)
-        try:
-            spec = _SpaceFile.model_validate(data)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            where = ".".join(str(p) for p in err["loc"])
-            raise CognateError(f"{space_file(self.name)}: {where}: {err['msg']}") from None
+        spec, self.version = load_space_spec(self.name, _SpaceFile)
         if spec.op != op:
             raise CognateError(f"{space_file(self.name)}: op is {spec.op!r}, expected {op!r}")
         self.values: dict[str, list[Any]] = spec.knobs.model_dump()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
-from cognate.runner import Measurement, ProgressFn, Runner
+from cognate.runner import Measurement, Runner
 
 from .simulator import Machine, Tiling, load_machine, simulate, tile
 from .space import SpadeSpace
@@ -24,46 +22,41 @@ class SpadeRunner(Runner):
 
     target = "spade"
 
-    def __init__(self, machine: str | Machine = "spade", **_options: object) -> None:
+    # Options other runners take; accepted so one collect command line fits every target.
+    IGNORED_OPTIONS: tuple[str, ...] = ("timeout_s", "repeats")
+
+    def __init__(self, machine: str | Machine = "spade", **options: object) -> None:
+        """``timeout_s`` and ``repeats`` are accepted and ignored: a simulation is
+        deterministic, so one run is the measurement. Any other option is a typo."""
+        unknown = sorted(set(options) - set(self.IGNORED_OPTIONS))
+        if unknown:
+            known = ", ".join(("machine", *self.IGNORED_OPTIONS))
+            raise CognateError(
+                f"target spade: runner does not take these options ({', '.join(unknown)}); "
+                f"it takes {known}"
+            )
         self.machine = load_machine(machine) if isinstance(machine, str) else machine
         self._spaces: dict[str, SpadeSpace] = {}
+        self._tilings: dict[tuple[int, int | None], Tiling] = {}  # this batch's, by (rp, cp)
 
     def _space(self, op: str) -> SpadeSpace:
         if op not in self._spaces:
             self._spaces[op] = SpadeSpace(op)
         return self._spaces[op]
 
-    def measure(
-        self,
-        matrix: Matrix,
-        op: str,
-        width: int,
-        configs: Sequence[Config],
-        progress: ProgressFn | None = None,
-    ) -> list[Measurement]:
-        tilings: dict[tuple[int, int | None], Tiling] = {}
-        results = []
-        for config in configs:
-            result = self._measure_one(matrix, op, width, config, tilings)
-            results.append(result)
-            if progress is not None:
-                progress(result)
-        return results
+    def begin_batch(self, matrix: Matrix, op: str, width: int) -> None:
+        self._tilings = {}  # tilings depend on the matrix only, so they live for one batch
 
-    def _measure_one(
-        self,
-        matrix: Matrix,
-        op: str,
-        width: int,
-        config: Config,
-        tilings: dict[tuple[int, int | None], Tiling],
-    ) -> Measurement:
+    def end_batch(self) -> None:
+        self._tilings = {}
+
+    def measure_one(self, matrix: Matrix, op: str, width: int, config: Config) -> Measurement:
         try:
             sched = self._space(op).schedule(config)
             key = (sched.rp, sched.cp)
-            if key not in tilings:
-                tilings[key] = tile(matrix.csr, sched.rp, sched.cp)
-            sim = simulate(matrix.csr, op, width, sched, self.machine, tilings[key])
+            if key not in self._tilings:
+                self._tilings[key] = tile(matrix.csr, sched.rp, sched.cp)
+            sim = simulate(matrix.csr, op, width, sched, self.machine, self._tilings[key])
         except (CognateError, MemoryError, ValueError) as exc:
             return Measurement(config, "error", error=" ".join(str(exc).split()))
         return Measurement(
