@@ -14,12 +14,13 @@ validation, and the table reports the test split: geomean speedup over the basel
 of the model's top-1 and best-of-top-5, mean and min..max over seeds. "random pick" is the
 expected speedup of a uniformly random config, the floor; "oracle" the best config.
 Reads the db only (snapshot a db that is being written with sqlite3 .backup first).
+The full protocol (settings chosen on validation, TL vs NT over K, bootstrap CIs, plots,
+report.md) is `cognate evaluate`; this script is the quick single-K table.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import tempfile
 import time
@@ -29,6 +30,8 @@ import numpy as np
 import torch
 
 from cognate.cli.pretrain import load_runs
+from cognate.evaluate.harness import random_pick
+from cognate.evaluate.stats import geomean
 from cognate.model.preset import preset_from_dict
 from cognate.model.train import MatrixRuns, save_checkpoint, train
 from cognate.targets import get_target
@@ -60,10 +63,7 @@ def source_runs(db: Path, target: str, op: str) -> tuple[str, list[MatrixRuns] |
 
 def random_floor(runs: list[MatrixRuns]) -> float:
     """Geomean over matrices of the expected speedup (log-mean) of a uniformly random config."""
-    logs = [
-        np.mean(np.log(r.runtimes[r.baseline] / r.runtimes)) for r in runs if r.baseline is not None
-    ]
-    return float(math.exp(np.mean(logs)))
+    return geomean(list(random_pick(runs).values()))  # shared with `cognate evaluate`
 
 
 def main() -> int:

@@ -25,6 +25,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "cognate.cli.pretrain",
     "cognate.cli.finetune",
     "cognate.cli.tune",
+    "cognate.cli.evaluate",
 )
 
 

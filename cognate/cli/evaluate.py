@@ -1,0 +1,75 @@
+"""``cognate evaluate``: the evaluation protocol of DESIGN 9 (issue 8), written as report.md."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from pathlib import Path
+
+import click
+import torch
+from rich.console import Console
+
+from cognate.paths import cognate_home
+
+
+def register(main: click.Group, data: click.Group) -> None:
+    main.add_command(evaluate)
+
+
+@click.command()
+@click.option("--preset", default=None, help="Preset of configs/experiments/ (default: default).")
+@click.option("--quick", is_flag=True, help="The small CI preset (same as --preset quick).")
+@click.option(
+    "--db",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Record store to read (snapshotted first; never written).",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Output folder (report.md, PNGs, results.json, cached models). "
+    "Default: $COGNATE_HOME/evaluate/<preset>.",
+)
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="torch threads (on a shared 2-core machine 1 is fastest).",
+)
+def evaluate(
+    preset: str | None, quick: bool, db: Path | None, out: Path | None, threads: int
+) -> None:
+    """Evaluate transfer (TL) vs target-only (NT), zero-shot and the ablations on test
+    matrices, with every choice made on validation and 95% bootstrap CIs over seeds.
+
+    Rerunning with the same --out reuses its trained models (keyed by their inputs).
+    """
+    from cognate.errors import CognateError
+    from cognate.evaluate import load_experiment, run_evaluation
+
+    if quick and preset not in (None, "quick"):
+        raise CognateError(f"--quick and --preset {preset} exclude each other")
+    spec = load_experiment("quick" if quick else preset or "default")
+    torch.set_num_threads(threads)
+    out = (out or cognate_home() / "evaluate" / spec.name).expanduser()
+    console = Console(stderr=True)
+    command = _command_line(preset, quick, db, out, threads)
+    report = run_evaluation(
+        spec, db, out, command, lambda line: console.print(line, soft_wrap=True)
+    )
+    click.echo(report.read_text())
+    console.print(f"report written to {report}")
+
+
+def _command_line(preset: str | None, quick: bool, db: Path | None, out: Path, threads: int) -> str:
+    """The exact command when run as ``cognate``; else (a Python caller) its equivalent."""
+    if Path(sys.argv[0]).name in ("cognate", "__main__.py"):
+        return shlex.join(["cognate", *sys.argv[1:]])
+    args = ["cognate", "evaluate", *(["--quick"] if quick else []), "--out", str(out)]
+    args += ["--preset", preset] if preset else []
+    args += ["--db", str(db)] if db else []
+    return shlex.join([*args, "--threads", str(threads)])

@@ -1,0 +1,15 @@
+"""The evaluation harness behind ``cognate evaluate`` (DESIGN 9, issue 8)."""
+
+from cognate.evaluate.preset import ExperimentPreset, load_experiment, preset_names
+from cognate.evaluate.run import run_evaluation
+from cognate.evaluate.stats import Estimate, bootstrap_ci, geomean
+
+__all__ = [
+    "Estimate",
+    "ExperimentPreset",
+    "bootstrap_ci",
+    "geomean",
+    "load_experiment",
+    "preset_names",
+    "run_evaluation",
+]

@@ -1,0 +1,339 @@
+"""Running the evaluation protocol (DESIGN 9, issue 8).
+
+Per op: the target's matrices are split once (``split_seed``) into train / validation /
+test by matrix. The source model is pretrained on the source records minus the target's
+validation and test matrices. Every cell (variant, K target matrices, seed) fine-tunes
+each candidate setting of ``select`` with early stopping on validation, keeps the
+candidate with the best validation metric, and only that one is scored on test, per test
+matrix. finetune() also computes test metrics internally; the harness drops them unread.
+
+Trained models are cached in ``<out>/models`` under a hash of everything they depend on
+(the records, the source model, the options), so a rerun retrains only what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from cognate.errors import CognateError
+from cognate.evaluate.preset import ABLATIONS, ExperimentPreset
+from cognate.model.preset import ModelPreset, preset_from_dict
+from cognate.model.train import MatrixRuns, _Embedder, save_checkpoint, train
+from cognate.space import Space
+from cognate.targets import get_target
+from cognate.transfer.autoencoder import transfer_settings
+from cognate.transfer.finetune import (
+    FinetuneOptions,
+    finetune,
+    load_transfer_model,
+    split_target,
+    transfer_encoder,
+)
+
+Log = Callable[[str], None]
+TL, NT, ZERO_SHOT = "TL", "NT", "zero-shot"
+
+
+# --- data ----------------------------------------------------------------------------------
+
+
+def snapshot_db(source: Path, dest: Path) -> Path:
+    """Copy a (possibly live, WAL) store with SQLite's backup API; the source is only read."""
+    if not source.is_file():
+        raise CognateError(f"{source}: no such record store")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(dest.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    uri = f"{source.resolve().as_uri()}?mode=ro"
+    with sqlite3.connect(uri, uri=True) as src, sqlite3.connect(tmp) as dst:
+        src.backup(dst)
+    tmp.replace(dest)
+    return dest
+
+
+def load_op_runs(db: Path, space: Space) -> list[MatrixRuns]:
+    from cognate.cli.pretrain import load_runs  # the store's grouping, shared with pretrain
+
+    return load_runs(db, space)
+
+
+def usable(db: Path, preset: ExperimentPreset) -> str | None:
+    """None when ``db`` has target records of every op of the preset, else why not."""
+    if not db.is_file():
+        return f"{db} does not exist"
+    for op in preset.ops:
+        try:
+            runs = load_op_runs(db, get_target(preset.target).space(op))
+        except CognateError as err:
+            return str(err)
+        if len({r.key for r in runs}) < 4:
+            return f"{db}: fewer than 4 {preset.target} {op} matrices"
+    return None
+
+
+def collect_small_store(preset: ExperimentPreset, db: Path, shared: Path, log: Log) -> Path:
+    """Simulate ``preset.collect``'s matrices for every op of the target (and the other op,
+    the stand-in source when there are no cpu records)."""
+    from cognate.collect import collect
+
+    if preset.collect is None:
+        raise CognateError("this preset does not collect records; give --db a store")
+    files = [shared / "matrices" / "suitesparse" / f"{n}.mtx.gz" for n in preset.collect.matrices]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise CognateError(f"preset {preset.name}: matrices not found: {', '.join(missing)}")
+    for op in ("spmm", "sddmm"):
+        log(f"collecting {preset.target} {op} records of {len(files)} matrices into {db}")
+        summary = collect(
+            preset.target, op, preset.collect.width, files, db_path=db, all_configs=True, jobs=1
+        )
+        if summary.exit_code != 0:
+            raise CognateError(f"collection failed: {summary.line()}")
+    return db
+
+
+def runs_digest(runs: Sequence[MatrixRuns]) -> str:
+    h = hashlib.sha256()
+    for run in sorted(runs, key=lambda r: (r.key, r.width)):
+        h.update(f"{run.key}:{run.width}:{run.baseline}".encode())
+        h.update("".join(c.hash for c in run.configs).encode())
+        h.update(np.ascontiguousarray(run.runtimes, dtype=np.float64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def _hash(*parts: Any) -> str:
+    return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@dataclass
+class OpData:
+    """One op's target records, its split, and the pretraining source."""
+
+    op: str
+    space: Space
+    runs: list[MatrixRuns]
+    train: list[str]
+    validation: list[str]
+    test: list[str]
+    source_name: str
+    source_space: Space
+    source_runs: list[MatrixRuns]
+
+    def names(self, keys: Sequence[str]) -> list[str]:
+        by_key = {r.key: r.matrix.name for r in self.runs}
+        return sorted(by_key[k] for k in keys)
+
+    def test_runs(self) -> list[MatrixRuns]:
+        test = set(self.test)
+        return [r for r in self.runs if r.key in test and r.baseline is not None]
+
+
+def prepare_op(db: Path, preset: ExperimentPreset, op: str, log: Log) -> OpData:
+    target = get_target(preset.target)
+    space = target.space(op)
+    runs = load_op_runs(db, space)
+    train_keys, val_keys, test_keys = split_target(
+        [r.key for r in runs], preset.val_fraction, preset.test_fraction, preset.split_seed
+    )
+    name, src_space, src_runs = _source(db, preset, op, log)
+    held_out = set(val_keys) | set(test_keys)
+    src_runs = [r for r in src_runs if r.key not in held_out]  # no test leak via the source
+    if len({r.key for r in src_runs}) < 2:
+        raise CognateError(f"{op}: fewer than 2 source matrices outside the target's held-out ones")
+    return OpData(op, space, runs, train_keys, val_keys, test_keys, name, src_space, src_runs)
+
+
+def _source(db: Path, preset: ExperimentPreset, op: str, log: Log) -> tuple[str, Space, list]:
+    if preset.source == "cpu":
+        space = get_target("cpu").space(op)
+        try:
+            return f"cpu {op}", space, load_op_runs(db, space)
+        except CognateError as err:
+            if preset.source_fallback == "none":
+                raise CognateError(f"no cpu {op} source records: {err}") from None
+            log(f"no cpu {op} records ({err}); source falls back to {preset.target}'s other op")
+    other = "sddmm" if op == "spmm" else "spmm"
+    space = get_target(preset.target).space(other)
+    return (
+        f"{preset.target} {other} (stand-in source: no cpu records)",
+        space,
+        load_op_runs(db, space),
+    )
+
+
+# --- models --------------------------------------------------------------------------------
+
+
+def model_preset(preset: ExperimentPreset) -> ModelPreset:
+    spec = preset.model or transfer_settings()["experiment"]["preset"]
+    return preset_from_dict(f"{preset.name}-model", spec).with_train(epochs=preset.pretrain_epochs)
+
+
+def pretrained_model(data: OpData, preset: ExperimentPreset, models: Path, log: Log) -> Path:
+    """The source model for ``data.op``, trained once per input (records, preset)."""
+    spec = model_preset(preset)
+    key = _hash("pretrain", runs_digest(data.source_runs), spec.model_dump(), data.source_name)
+    path = models / f"pretrained-{data.op}-{key}.safetensors"
+    if path.is_file():
+        log(f"{data.op}: reusing pretrained model {path.name}")
+        return path
+    n = len({r.key for r in data.source_runs})
+    log(f"{data.op}: pretraining on {data.source_name}, {n} matrices")
+    encoder = transfer_encoder(data.source_space, "cognate", "ae")
+    result = train(data.source_runs, data.source_space, spec, seed=0, encoder=encoder)
+    return save_checkpoint(path, result.model, result.metadata)
+
+
+@dataclass
+class Candidate:
+    """One fine-tuned setting of a cell: what selection may look at (no test numbers)."""
+
+    key: str
+    options: dict[str, Any]
+    validation: dict[str, float]
+    best_epoch: int
+    finetune_matrices: list[str]
+    path: Path = field(repr=False)
+
+
+def select_candidate(candidates: Sequence[Candidate], metric: str) -> Candidate:
+    """The best candidate by its validation ``metric`` (NaN last; ties: the first)."""
+    if not candidates:
+        raise ValueError("no candidates to select from")
+
+    def value(c: Candidate) -> float:
+        v = c.validation[metric]
+        return -math.inf if v != v else v
+
+    return max(candidates, key=value)  # max keeps the first of equal values
+
+
+def _finetuned(
+    data: OpData, pretrained: Path, opts: FinetuneOptions, models: Path, digest: str
+) -> Candidate:
+    key = _hash("finetune", pretrained.name, digest, asdict(opts))
+    path, meta_path = models / f"{key}.safetensors", models / f"{key}.json"
+    if path.is_file() and meta_path.is_file():
+        saved = json.loads(meta_path.read_text())
+        return Candidate(**saved, path=path)
+    out = finetune(pretrained, data.runs, data.space, opts)
+    out.metadata["metrics"].pop("test", None)  # selection must never see test numbers
+    save_checkpoint(path, out.model, out.metadata)
+    record = {
+        "key": key,
+        "options": asdict(opts),
+        "validation": out.metadata["metrics"]["best"],
+        "best_epoch": out.metadata["metrics"]["best_epoch"],
+        "finetune_matrices": [m["name"] for m in out.metadata["split"]["finetune"]],
+    }
+    meta_path.write_text(json.dumps(record, indent=1))
+    return Candidate(**record, path=path)
+
+
+@torch.no_grad()
+def score_test(path: Path, space: Space, runs: Sequence[MatrixRuns]) -> dict[str, dict[str, float]]:
+    """Per test matrix: speedup over the baseline config of top-1, best of top-5, oracle."""
+    model, encoder, _ = load_transfer_model(path, space)
+    embeddings = _Embedder(model).all(runs)  # the backend training used
+    scores = {}
+    for run in runs:
+        features = encoder.encode(run.configs, run.matrix.shape, run.width)
+        order = np.argsort(
+            model.score(embeddings[run.key], run.width, features).numpy(), kind="stable"
+        )
+        base = run.runtimes[run.baseline]
+        scores[run.matrix.name] = {
+            "top1": float(base / run.runtimes[order[0]]),
+            "top5": float(base / run.runtimes[order[:5]].min()),
+            "oracle": float(base / run.runtimes.min()),
+        }
+    return scores
+
+
+def random_pick(runs: Sequence[MatrixRuns]) -> dict[str, float]:
+    """Per matrix: the expected (log-mean) speedup of a uniformly random config, the floor."""
+    return {
+        r.matrix.name: float(np.exp(np.mean(np.log(r.runtimes[r.baseline] / r.runtimes))))
+        for r in runs
+        if r.baseline is not None
+    }
+
+
+# --- cells ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    variant: str
+    k: int
+    seed: int
+    extra: tuple[tuple[str, Any], ...] = ()
+
+
+def cells(preset: ExperimentPreset, n_train: int) -> list[Cell]:
+    """Every (variant, K, seed) the preset asks for, K capped at the training split."""
+    ks = sorted({min(k, n_train) for k in preset.matrices})
+    k_abl = min(preset.ablation_matrices, n_train)
+    out = []
+    for seed in preset.seeds:
+        out += [Cell(v, k, seed) for k in ks for v in (TL, NT)]
+        if preset.zero_shot:
+            out.append(Cell(ZERO_SHOT, k_abl, seed, (("zero_shot", True),)))
+        out += [
+            Cell(f"TL {name}", k_abl, seed, tuple(ABLATIONS[name].items()))
+            for name in preset.ablations
+        ]
+    return out
+
+
+def _options(preset: ExperimentPreset, cell: Cell) -> list[FinetuneOptions]:
+    base = {
+        "matrices": cell.k,
+        "seed": cell.seed,
+        "epochs": preset.finetune_epochs,
+        "patience": preset.patience,
+        "val_fraction": preset.val_fraction,
+        "test_fraction": preset.test_fraction,
+        "split_seed": preset.split_seed,
+        "from_scratch": cell.variant == NT,
+        **dict(cell.extra),
+    }
+    if cell.variant == ZERO_SHOT:  # nothing is trained: no setting to choose
+        return [FinetuneOptions(**base, freeze_featurizer=True, lr=preset.select.lr[0])]
+    grid = itertools.product(preset.select.freeze_featurizer, preset.select.lr)
+    return [FinetuneOptions(**base, freeze_featurizer=f, lr=lr) for f, lr in grid]
+
+
+def run_cell(
+    data: OpData, preset: ExperimentPreset, cell: Cell, pretrained: Path, models: Path, digest: str
+) -> dict[str, Any]:
+    """Fine-tune every candidate, select on validation, score the chosen one on test once."""
+    candidates = [
+        _finetuned(data, pretrained, opts, models, digest) for opts in _options(preset, cell)
+    ]
+    chosen = select_candidate(candidates, preset.select.metric)
+    test_path = models / f"{chosen.key}.test.json"
+    if test_path.is_file():
+        test = json.loads(test_path.read_text())
+    else:
+        test = score_test(chosen.path, data.space, data.test_runs())
+        test_path.write_text(json.dumps(test, indent=1))
+    return {
+        "variant": cell.variant,
+        "k": cell.k,
+        "seed": cell.seed,
+        "candidates": len(candidates),
+        "chosen": {k: v for k, v in asdict(chosen).items() if k != "path"},
+        "test": test,
+    }

@@ -1,0 +1,99 @@
+"""Experiment presets: configs/experiments/<name>.yaml, validated with pydantic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from cognate.errors import CognateError
+from cognate.paths import configs_dir
+
+ABLATIONS: dict[str, dict[str, Any]] = {
+    "random mapper": {"mapper": "random"},
+    "no mapper": {"mapper": "none"},
+    "raw latent (no AE)": {"latent": "raw"},
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class CollectSpec(_Strict):
+    """Records to collect when the store has none usable (spade simulates in seconds)."""
+
+    matrices: list[str] = Field(min_length=4)  # names of shared suitesparse matrices
+    width: int = Field(16, ge=1, le=4096)
+
+
+class SelectSpec(_Strict):
+    """Candidate fine-tuning settings; each cell keeps the best on validation."""
+
+    freeze_featurizer: list[bool] = Field([True], min_length=1)
+    lr: list[float] = Field([5e-4], min_length=1)
+    metric: Literal["pairwise_accuracy", "top1", "top5"] = "pairwise_accuracy"
+
+
+class ExperimentPreset(_Strict):
+    name: str
+    target: Literal["spade", "gpu"] = "spade"
+    ops: list[Literal["spmm", "sddmm"]] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=3)
+    split_seed: int = Field(0, ge=0)
+    val_fraction: float = Field(0.2, gt=0, lt=0.5)
+    test_fraction: float = Field(0.25, gt=0, lt=0.5)
+    source: Literal["cpu", "other-op"] = "cpu"
+    source_fallback: Literal["other-op", "none"] = "none"
+    pretrain_epochs: int = Field(10, ge=1)
+    model: dict[str, Any] | None = None  # None: configs/transfer.yaml's experiment preset
+    matrices: list[int] = Field(min_length=1)
+    ablation_matrices: int = Field(5, ge=1)
+    ablations: list[str] = list(ABLATIONS)
+    zero_shot: bool = True
+    finetune_epochs: int = Field(30, ge=1)
+    patience: int = Field(6, ge=1)
+    select: SelectSpec = SelectSpec()
+    bootstrap: int = Field(2000, ge=100)
+    collect: CollectSpec | None = None
+
+    def model_post_init(self, _: Any) -> None:
+        unknown = set(self.ablations) - set(ABLATIONS)
+        if unknown:
+            raise ValueError(f"unknown ablations {sorted(unknown)}; expected {list(ABLATIONS)}")
+        if len(set(self.seeds)) != len(self.seeds) or min(self.matrices) < 1:
+            raise ValueError("seeds must be distinct and matrices positive")
+
+
+def experiments_dir() -> Path:
+    return configs_dir() / "experiments"
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in experiments_dir().glob("*.yaml"))
+
+
+def load_experiment(name: str) -> ExperimentPreset:
+    """The preset ``name`` of configs/experiments, or a YAML file's path; a missing or
+    malformed file is one CognateError line."""
+    if name.endswith((".yaml", ".yml")):
+        path = Path(name).expanduser()
+        name = path.stem
+    elif name.replace("-", "").replace("_", "").isalnum():
+        path = experiments_dir() / f"{name}.yaml"
+    else:
+        raise CognateError(f"bad preset name {name!r}")
+    if not path.is_file():
+        known = ", ".join(preset_names()) or "none"
+        raise CognateError(f"unknown experiment preset {name!r} (known: {known})")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+        return ExperimentPreset(name=name, **data)
+    except yaml.YAMLError as err:
+        raise CognateError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
+    except (TypeError, ValidationError, ValueError) as err:
+        first = str(err).splitlines()
+        detail = " ".join(first[:3]) if first else type(err).__name__
+        raise CognateError(f"{path}: invalid preset: {detail}") from None

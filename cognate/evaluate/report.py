@@ -1,0 +1,255 @@
+"""Tables, answers, plots and report.md from the harness's per-cell results."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cognate.evaluate.harness import NT, TL, ZERO_SHOT
+from cognate.evaluate.stats import Estimate, bootstrap_ci, mean_of_geomeans, mean_of_ratio
+
+# DESIGN 9: the COGNATE paper's own numbers (geomean speedup over the baseline config).
+PAPER = {
+    "spmm": {"top1": 1.40, "top5": 1.47, "oracle": 1.55, "zero-shot": 0.71},
+    "sddmm": {"top1": 1.27, "top5": 1.39},
+    "no-transfer": {"5": 1.29, "100": 1.38, "1000": 1.43},
+}
+MATCH_RTOL = 0.01
+
+
+def _arrays(entries: list[dict[str, Any]]) -> tuple[list[str], dict[str, np.ndarray]]:
+    names = sorted(set.intersection(*(set(e["test"]) for e in entries)))
+    arrays = {
+        m: np.array([[e["test"][n][m] for n in names] for e in entries])
+        for m in ("top1", "top5", "oracle")
+    }
+    return names, arrays
+
+
+def summarize(cell_results: list[dict[str, Any]], n_boot: int) -> list[dict[str, Any]]:
+    """One row per (variant, K): mean over seeds of test geomeans with 95% bootstrap CIs."""
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for result in cell_results:
+        groups[(result["variant"], result["k"])].append(result)
+    rows = []
+    for (variant, k), entries in groups.items():
+        entries.sort(key=lambda e: e["seed"])
+        names, a = _arrays(entries)
+        estimates = {
+            m: bootstrap_ci([a[m]], mean_of_geomeans, n_boot) for m in ("top1", "top5", "oracle")
+        }
+        for m in ("top1", "top5"):
+            estimates[f"pct_{m}"] = bootstrap_ci([a[m], a["oracle"]], mean_of_ratio, n_boot)
+        per_matrix = {m: a[m].mean(axis=0).tolist() for m in a}
+        rows.append(
+            {
+                "variant": variant,
+                "k": k,
+                "seeds": [e["seed"] for e in entries],
+                "matrices": names,
+                "estimates": {m: vars(e) for m, e in estimates.items()},
+                "per_matrix_mean": per_matrix,
+            }
+        )
+    return rows
+
+
+def floor_estimate(random_pick: dict[str, float], n_boot: int) -> Estimate:
+    values = np.array([list(random_pick.values())])
+    return bootstrap_ci([values], mean_of_geomeans, n_boot)
+
+
+def _est(row: dict[str, Any], metric: str) -> Estimate:
+    return Estimate(**row["estimates"][metric])
+
+
+def _find(rows: list[dict[str, Any]], variant: str, k: int | None = None) -> dict | None:
+    hits = [r for r in rows if r["variant"] == variant and (k is None or r["k"] == k)]
+    return hits[0] if hits else None
+
+
+def answers(rows: list[dict[str, Any]], tl_k: int) -> list[str]:
+    """Plain answers: does TL-k reach >= 95% of the oracle; what K does NT need to match it."""
+    tl = _find(rows, TL, tl_k)
+    if tl is None:
+        return [f"No TL-{tl_k} result: the questions cannot be answered from this run."]
+    lines = []
+    for metric in ("pct_top5", "pct_top1"):
+        e = _est(tl, metric)
+        what = "best of top-5" if metric == "pct_top5" else "top-1"
+        if e.low >= 0.95:
+            verdict = "Yes"
+        elif e.mean >= 0.95:
+            verdict = "Not conclusively: the mean reaches 95% but the CI dips below"
+        elif e.high >= 0.95:
+            verdict = "No on the mean (the CI still reaches 95%)"
+        else:
+            verdict = "No"
+        lines.append(
+            f"Does TL-{tl_k} ({what}) reach >= 95% of the oracle? **{verdict}**: "
+            f"{e.text('{:.1%}')} of the oracle (mean over {e.seeds} seeds, 95% bootstrap CI)."
+        )
+    nt_rows = sorted((r for r in rows if r["variant"] == NT), key=lambda r: r["k"])
+    for metric in ("top5", "top1"):
+        target = _est(tl, metric)
+        # "match": NT's mean within MATCH_RTOL of TL's (equal to the printed precision)
+        bar = target.mean * (1 - MATCH_RTOL)
+        match = next((r for r in nt_rows if _est(r, metric).mean >= bar), None)
+        label = "best of top-5" if metric == "top5" else "top-1"
+        if match is None:
+            best = max(nt_rows, key=lambda r: _est(r, metric).mean) if nt_rows else None
+            tail = (
+                f"its best is NT-{best['k']} at {_est(best, metric).text()}"
+                if best
+                else "no NT rows"
+            )
+            lines.append(
+                f"How many target matrices does NT need to match TL-{tl_k} ({label}, "
+                f"{target.text()})? **More than the largest K evaluated**: {tail}."
+            )
+        else:
+            e = _est(match, metric)
+            overlap = "overlapping" if e.low <= target.high and target.low <= e.high else "disjoint"
+            lines.append(
+                f"How many target matrices does NT need to match TL-{tl_k} ({label}, "
+                f"{target.text()})? **{match['k']}**: NT-{match['k']} reaches {e.text()} "
+                f"(within {MATCH_RTOL:.0%} of TL's mean; CIs {overlap})."
+            )
+    return lines
+
+
+# --- tables --------------------------------------------------------------------------------
+
+
+def _row_label(row: dict[str, Any]) -> str:
+    return row["variant"] if row["variant"] == ZERO_SHOT else f"{row['variant']}-{row['k']}"
+
+
+def markdown_table(rows: list[dict[str, Any]], floor: Estimate | None) -> str:
+    head = "| variant | top-1 | top-5 | oracle | top-1 % of oracle | top-5 % of oracle |"
+    lines = [head, "|" + "---|" * 6]
+    for row in rows:
+        cells = [_est(row, m).text() for m in ("top1", "top5", "oracle")]
+        cells += [_est(row, m).text("{:.1%}") for m in ("pct_top1", "pct_top5")]
+        lines.append(f"| {_row_label(row)} | " + " | ".join(cells) + " |")
+    if floor is not None:
+        lines.append(f"| random pick (expected) | {floor.text()} | | | | |")
+    return "\n".join(lines)
+
+
+def ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rank = {TL: 0, NT: 1}
+    return sorted(rows, key=lambda r: (rank.get(r["variant"], 2), r["variant"], r["k"]))
+
+
+# --- plots ---------------------------------------------------------------------------------
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_per_matrix(row: dict[str, Any], op: str, path: Path) -> Path:
+    plt = _pyplot()
+    pm = row["per_matrix_mean"]
+    order = np.argsort(pm["oracle"])
+    x = np.arange(len(order))
+    fig, ax = plt.subplots(figsize=(max(6, 0.35 * len(x) + 2), 4))
+    for offset, metric in ((-0.27, "top1"), (0.0, "top5"), (0.27, "oracle")):
+        ax.bar(x + offset, np.array(pm[metric])[order], width=0.27, label=metric)
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(x, [row["matrices"][i] for i in order], rotation=70, ha="right", fontsize=7)
+    ax.set_ylabel("speedup over baseline config")
+    ax.set_title(f"{op}: {_row_label(row)} per test matrix (mean over seeds), sorted by oracle")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_efficiency(rows: list[dict[str, Any]], op: str, path: Path) -> Path:
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for variant, color in ((TL, "tab:blue"), (NT, "tab:orange")):
+        pts = sorted((r for r in rows if r["variant"] == variant), key=lambda r: r["k"])
+        if not pts:
+            continue
+        ks = [r["k"] for r in pts]
+        for metric, style in (("top1", "-"), ("top5", "--")):
+            est = [_est(r, metric) for r in pts]
+            ax.plot(
+                ks,
+                [e.mean for e in est],
+                style,
+                color=color,
+                marker="o",
+                label=f"{variant} {metric}",
+            )
+            ax.fill_between(
+                ks, [e.low for e in est], [e.high for e in est], color=color, alpha=0.15
+            )
+    if rows:
+        ax.axhline(_est(rows[0], "oracle").mean, color="green", linestyle=":", label="oracle")
+    zero = _find(rows, ZERO_SHOT)
+    if zero:
+        ax.axhline(_est(zero, "top1").mean, color="gray", linestyle="-.", label="zero-shot top1")
+    ax.set_xscale("log")
+    ks = sorted({r["k"] for r in rows if r["variant"] in (TL, NT)})
+    ax.set_xticks(ks, [str(k) for k in ks])
+    ax.minorticks_off()
+    ax.set_xlabel("target matrices fine-tuned on (K)")
+    ax.set_ylabel("geomean speedup over baseline (95% CI)")
+    ax.set_title(f"{op}: data efficiency, transfer (TL) vs target-only (NT)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_ablations(rows: list[dict[str, Any]], k: int, op: str, path: Path) -> Path:
+    plt = _pyplot()
+    # TL and NT at K next to zero-shot and the ablations (those run at ablation_matrices)
+    picked = [r for r in rows if r["variant"] not in (TL, NT) or r["k"] == k]
+    x = np.arange(len(picked))
+    fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(x) + 2), 4))
+    for offset, metric in ((-0.2, "top1"), (0.2, "top5")):
+        est = [_est(r, metric) for r in picked]
+        err = [[e.mean - e.low for e in est], [e.high - e.mean for e in est]]
+        ax.bar(x + offset, [e.mean for e in est], width=0.4, yerr=err, capsize=3, label=metric)
+    if picked:
+        ax.axhline(_est(picked[0], "oracle").mean, color="green", linestyle=":", label="oracle")
+    ax.axhline(1.0, color="black", linewidth=0.8)
+    ax.set_xticks(x, [_row_label(r) for r in picked], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("geomean speedup (95% CI)")
+    ax.set_title(f"{op}: ablations at K={k}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def paper_table() -> str:
+    sp, sd, nt = PAPER["spmm"], PAPER["sddmm"], PAPER["no-transfer"]
+    return "\n".join(
+        [
+            "| paper (SPADE, 256 configs) | top-1 | top-5 | oracle | top-5 % of oracle |",
+            "|---|---|---|---|---|",
+            f"| SpMM, TL-5 | {sp['top1']:.2f}x | {sp['top5']:.2f}x | {sp['oracle']:.2f}x | "
+            f"{sp['top5'] / sp['oracle']:.1%} |",
+            f"| SDDMM, TL-5 | {sd['top1']:.2f}x | {sd['top5']:.2f}x | | |",
+            f"| no transfer, 5 / 100 / 1000 matrices | {nt['5']:.2f}x / {nt['100']:.2f}x / "
+            f"{nt['1000']:.2f}x | | | |",
+            f"| zero-shot | {sp['zero-shot']:.2f}x | | | |",
+        ]
+    )

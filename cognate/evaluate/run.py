@@ -1,0 +1,195 @@
+"""``run_evaluation``: data, models, cells, summaries, plots and report.md in one folder."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from cognate.errors import CognateError
+from cognate.evaluate import harness, report
+from cognate.evaluate.harness import TL, Log, OpData
+from cognate.evaluate.preset import ExperimentPreset
+from cognate.paths import shared_dir
+
+
+def resolve_db(preset: ExperimentPreset, db: Path | None, out: Path, log: Log) -> Path:
+    """Snapshot ``db`` into ``out`` when usable; else collect a small store (presets with a
+    ``collect`` section only). The user's store is never written."""
+    snapshot = out / "records.snapshot.db"
+    if db is not None and harness.usable(db, preset) is None:
+        log(f"snapshotting {db} -> {snapshot}")
+        return harness.snapshot_db(db, snapshot)
+    why = harness.usable(db, preset) if db is not None else "no --db given"
+    collected = out / "records.collected.db"
+    if preset.collect is None:
+        raise CognateError(f"no usable records: {why}")
+    if harness.usable(collected, preset) is None:
+        log(f"reusing collected records {collected}")
+        return collected
+    log(f"no usable records ({why}); collecting a small {preset.target} store")
+    return harness.collect_small_store(preset, collected, shared_dir(), log)
+
+
+def git_revision() -> str:
+    root = Path(__file__).resolve().parents[2]
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown (not a git checkout)"
+    return f"{rev}{' (with uncommitted changes)' if dirty else ''}"
+
+
+def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> dict[str, Any]:
+    models = out / "models"
+    models.mkdir(parents=True, exist_ok=True)
+    pretrained = harness.pretrained_model(data, preset, models, log)
+    digest = harness.runs_digest(data.runs)
+    todo = harness.cells(preset, len(data.train))
+    results = []
+    for i, cell in enumerate(todo, start=1):
+        started = time.time()
+        result = harness.run_cell(data, preset, cell, pretrained, models, digest)
+        results.append(result)
+        val = result["chosen"]["validation"][preset.select.metric]
+        log(
+            f"{data.op} [{i}/{len(todo)}] {cell.variant} K={cell.k} seed {cell.seed}: "
+            f"validation {preset.select.metric} {val:.3f} ({time.time() - started:.0f}s)"
+        )
+    floor = harness.random_pick(data.test_runs())
+    return {
+        "source": data.source_name,
+        "data": _sizes(data),
+        "split": {
+            "seed": preset.split_seed,
+            "train": data.names(data.train),
+            "validation": data.names(data.validation),
+            "test": data.names(data.test),
+        },
+        "source_matrices": sorted({r.matrix.name for r in data.source_runs}),
+        "pretrained": pretrained.name,
+        "cells": results,
+        "random_pick": floor,
+        "rows": report.ordered(report.summarize(results, preset.bootstrap)),
+    }
+
+
+def _sizes(data: OpData) -> dict[str, Any]:
+    counts = [len(r.configs) for r in data.runs]
+    return {
+        "target_matrices": len({r.key for r in data.runs}),
+        "target_records": sum(len(r.configs) for r in data.runs),
+        "configs_per_matrix": [min(counts), max(counts)],
+        "train": len(data.train),
+        "validation": len(data.validation),
+        "test": len(data.test),
+        "source_matrices": len({r.key for r in data.source_runs}),
+        "source_records": sum(len(r.configs) for r in data.source_runs),
+    }
+
+
+def run_evaluation(
+    preset: ExperimentPreset, db: Path | None, out: Path, command: str, log: Log
+) -> Path:
+    """Run the whole protocol; returns the path of report.md."""
+    started = time.time()
+    out.mkdir(parents=True, exist_ok=True)
+    records = resolve_db(preset, db, out, log)
+    ops = {}
+    for op in preset.ops:
+        data = harness.prepare_op(records, preset, op, log)
+        ops[op] = evaluate_op(data, preset, out, log)
+    results = {
+        "preset": preset.model_dump(),
+        "command": command,
+        "git": git_revision(),
+        "db": str(db) if db else None,
+        "records": str(records),
+        "wall_s": time.time() - started,
+        "ops": ops,
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    return write_report(results, preset, out)
+
+
+def tl_k(preset: ExperimentPreset, rows: list[dict[str, Any]]) -> int:
+    """TL-5, or the K the data allows nearest below 5."""
+    ks = sorted(r["k"] for r in rows if r["variant"] == TL)
+    below = [k for k in ks if k <= 5]
+    return below[-1] if below else ks[0]
+
+
+def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -> Path:
+    lines = [
+        f"# cognate evaluation: preset `{preset.name}`, target {preset.target}",
+        "",
+        f"- command: `{results['command']}`",
+        f"- git revision: {results['git']}",
+        f"- records: {results['db'] or 'collected here'} (read from `{results['records']}`)",
+        f"- wall time: {results['wall_s'] / 60:.1f} min",
+        f"- seeds: {preset.seeds}; split seed {preset.split_seed}; "
+        f"validation {preset.val_fraction:.0%}, test {preset.test_fraction:.0%} of the matrices",
+        f"- selected on validation ({preset.select.metric}): freeze_featurizer in "
+        f"{preset.select.freeze_featurizer}, lr in {preset.select.lr}; epochs by early stopping "
+        f"(<= {preset.finetune_epochs}, patience {preset.patience})",
+        "",
+        "Protocol: matrices are split once by matrix into train / validation / test. The source "
+        "model is pretrained on source records minus the target's validation and test matrices. "
+        "Each cell fine-tunes every candidate setting on K training matrices, keeps the one with "
+        "the best validation score, and scores only that one on test. Numbers: geomean over the "
+        "test matrices of the speedup over the space's baseline config, mean over seeds, and a "
+        "95% percentile bootstrap CI resampling seeds and test matrices. % of oracle = geomean "
+        "speedup / geomean oracle speedup.",
+        "",
+    ]
+    for op, res in results["ops"].items():
+        rows = res["rows"]
+        k = tl_k(preset, rows)
+        floor = report.floor_estimate(res["random_pick"], preset.bootstrap)
+        d = res["data"]
+        lines += [
+            f"## {preset.target} {op}",
+            "",
+            f"Data: {d['target_matrices']} target matrices ({d['target_records']} ok records, "
+            f"{d['configs_per_matrix'][0]}..{d['configs_per_matrix'][1]} configs per matrix): "
+            f"train {d['train']}, validation {d['validation']}, test {d['test']}. Source: "
+            f"{res['source']}, {d['source_matrices']} matrices ({d['source_records']} records).",
+            "",
+            "### Answers",
+            "",
+            *[f"- {line}" for line in report.answers(rows, k)],
+            "",
+            "### Results (test split)",
+            "",
+            report.markdown_table(rows, floor),
+            "",
+        ]
+        capped = sorted({m for m in preset.matrices if m > d["train"]})
+        if capped:
+            lines += [f"K = {capped} capped at the {d['train']} training matrices.", ""]
+        pngs = _plots(rows, k, op, out)
+        lines += [f"![{p.stem}]({p.name})" for p in pngs] + [""]
+    lines += ["## The paper's figures (DESIGN 9), for reference", "", report.paper_table(), ""]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _plots(rows: list[dict[str, Any]], k: int, op: str, out: Path) -> list[Path]:
+    pngs = [report.plot_efficiency(rows, op, out / f"{op}-efficiency.png")]
+    tl = next((r for r in rows if r["variant"] == TL and r["k"] == k), None)
+    if tl:
+        pngs.append(report.plot_per_matrix(tl, op, out / f"{op}-per-matrix-TL-{k}.png"))
+    pngs.append(report.plot_ablations(rows, k, op, out / f"{op}-ablations.png"))
+    return pngs

@@ -1,0 +1,74 @@
+"""Summary statistics of the evaluation: geomeans and a two-level bootstrap CI.
+
+Each reported cell holds, per seed, the speedups of the same test matrices (the split is
+fixed, DESIGN 9). A seed's number is the geomean over the test matrices; the cell's number
+is the mean over seeds. The 95% CI resamples both sources of variation (percentile
+bootstrap): seeds with replacement and, paired across seeds and across the arrays of one
+statistic, test matrices with replacement. numpy's Generator does the resampling; scipy's
+``bootstrap`` resamples one level only, hence this small function.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+# statistic over arrays of shape (seeds, matrices) -> one number
+Statistic = Callable[..., float]
+
+
+def geomean(values: Sequence[float] | np.ndarray) -> float:
+    values = np.asarray(values, dtype=np.float64)
+    return float(math.exp(np.mean(np.log(values)))) if values.size else float("nan")
+
+
+def mean_of_geomeans(speedups: np.ndarray) -> float:
+    """Mean over seeds (rows) of the geomean over matrices (columns)."""
+    return float(np.mean(np.exp(np.mean(np.log(speedups), axis=1))))
+
+
+def mean_of_ratio(numerator: np.ndarray, denominator: np.ndarray) -> float:
+    """Mean over seeds of geomean(numerator) / geomean(denominator) (e.g. % of oracle)."""
+    ratio = np.exp(np.mean(np.log(numerator), axis=1) - np.mean(np.log(denominator), axis=1))
+    return float(np.mean(ratio))
+
+
+@dataclass(frozen=True)
+class Estimate:
+    mean: float
+    low: float
+    high: float
+    seeds: int
+    matrices: int
+
+    def text(self, fmt: str = "{:.3f}x") -> str:
+        return f"{fmt.format(self.mean)} [{fmt.format(self.low)}, {fmt.format(self.high)}]"
+
+
+def bootstrap_ci(
+    arrays: Sequence[np.ndarray],
+    statistic: Statistic,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Estimate:
+    """``statistic(*arrays)`` and its percentile CI; every array is (seeds, matrices)."""
+    arrays = [np.asarray(a, dtype=np.float64) for a in arrays]
+    shape = arrays[0].shape
+    if len(shape) != 2 or shape[0] < 1 or shape[1] < 1:
+        raise ValueError(f"bootstrap needs (seeds, matrices) arrays, got shape {shape}")
+    if any(a.shape != shape for a in arrays):
+        raise ValueError("bootstrap arrays must share one (seeds, matrices) shape")
+    rng = np.random.default_rng(seed)
+    n_seeds, n_matrices = shape
+    draws = np.empty(n_boot)
+    for b in range(n_boot):
+        rows = rng.integers(0, n_seeds, n_seeds)
+        cols = rng.integers(0, n_matrices, n_matrices)
+        draws[b] = statistic(*(a[np.ix_(rows, cols)] for a in arrays))
+    tail = (1 - level) / 2
+    low, high = np.quantile(draws, [tail, 1 - tail])
+    return Estimate(float(statistic(*arrays)), float(low), float(high), n_seeds, n_matrices)

@@ -1,0 +1,196 @@
+"""The evaluation harness: bootstrap CIs on known data, split hygiene, --quick end to end."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from dataclasses import fields, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from cognate.cli import main, run
+from cognate.evaluate import harness
+from cognate.evaluate.harness import Candidate, Cell, select_candidate
+from cognate.evaluate.preset import load_experiment
+from cognate.evaluate.stats import bootstrap_ci, mean_of_geomeans, mean_of_ratio
+from cognate.model.train import read_metadata
+
+# --- bootstrap ------------------------------------------------------------------------------
+
+
+def test_bootstrap_of_constant_data_is_degenerate() -> None:
+    data = np.full((3, 10), 1.5)
+    est = bootstrap_ci([data], mean_of_geomeans, n_boot=200)
+    assert est.mean == pytest.approx(1.5) and est.low == pytest.approx(1.5)
+    assert est.high == pytest.approx(1.5)
+    ratio = bootstrap_ci([data, data], mean_of_ratio, n_boot=200)
+    assert (ratio.mean, ratio.low, ratio.high) == pytest.approx((1.0, 1.0, 1.0))
+
+
+def test_bootstrap_ci_matches_the_normal_theory_interval() -> None:
+    # log-normal speedups: the log of the geomean is a mean, its 95% CI mean +- 1.96 s/sqrt(n)
+    logs = np.random.default_rng(7).normal(0.2, 0.5, 400)
+    est = bootstrap_ci([np.exp(logs)[None, :]], mean_of_geomeans, n_boot=4000, seed=1)
+    half = 1.96 * logs.std(ddof=1) / math.sqrt(logs.size)
+    assert math.log(est.mean) == pytest.approx(logs.mean())
+    assert math.log(est.low) == pytest.approx(logs.mean() - half, abs=0.1 * half)
+    assert math.log(est.high) == pytest.approx(logs.mean() + half, abs=0.1 * half)
+
+
+def test_bootstrap_resamples_seeds_too() -> None:
+    # every matrix equal within a seed: all the spread comes from the seeds
+    per_seed = np.array([1.0, 2.0, 4.0])
+    data = np.repeat(per_seed[:, None], 8, axis=1)
+    est = bootstrap_ci([data], mean_of_geomeans, n_boot=2000)
+    assert est.mean == pytest.approx(per_seed.mean())
+    assert 1.0 <= est.low < est.mean < est.high <= 4.0
+    assert (est.seeds, est.matrices) == (3, 8)
+
+
+def test_bootstrap_refuses_mismatched_arrays() -> None:
+    with pytest.raises(ValueError, match="shape"):
+        bootstrap_ci([np.ones((2, 3)), np.ones((2, 4))], mean_of_ratio)
+    with pytest.raises(ValueError, match="seeds, matrices"):
+        bootstrap_ci([np.ones(5)], mean_of_geomeans)
+
+
+# --- selection only sees validation ----------------------------------------------------------
+
+
+def _candidate(key: str, acc: float) -> Candidate:
+    return Candidate(key, {}, {"pairwise_accuracy": acc}, 1, [], Path(key))
+
+
+def test_selection_uses_validation_only() -> None:
+    assert "test" not in {f.name for f in fields(Candidate)}
+    picked = select_candidate(
+        [_candidate("a", 0.6), _candidate("b", float("nan")), _candidate("c", 0.7)],
+        "pairwise_accuracy",
+    )
+    assert picked.key == "c"
+    assert (
+        select_candidate([_candidate("a", 0.5), _candidate("b", 0.5)], "pairwise_accuracy").key
+        == "a"
+    )
+
+
+# --- end to end on simulated spade records ---------------------------------------------------
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def quick_out(tmp_path_factory: pytest.TempPathFactory, shared: Path) -> Path:
+    out = tmp_path_factory.mktemp("evaluate") / "quick"
+    result = CliRunner().invoke(main, ["evaluate", "--quick", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_quick_writes_report_plots_and_results(quick_out: Path) -> None:
+    report = (quick_out / "report.md").read_text()
+    for text in (
+        "git revision",
+        "wall time",
+        "### Answers",
+        "TL-1",
+        "NT-3",
+        "zero-shot",
+        "random mapper",
+        "no mapper",
+        "raw latent",
+        "1.47x",
+        "stand-in source",
+    ):
+        assert text in report, text
+    pngs = sorted(p.name for p in quick_out.glob("*.png"))
+    assert pngs == ["spmm-ablations.png", "spmm-efficiency.png", "spmm-per-matrix-TL-3.png"]
+    for png in quick_out.glob("*.png"):
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = json.loads((quick_out / "results.json").read_text())["ops"]["spmm"]["rows"]
+    tl = next(r for r in rows if r["variant"] == "TL" and r["k"] == 3)
+    assert tl["seeds"] == [0, 1, 2]
+    est = tl["estimates"]["top1"]
+    assert est["low"] <= est["mean"] <= est["high"]
+    assert 0 < tl["estimates"]["pct_top5"]["mean"] <= 1.0 + 1e-9  # best of top-5 <= oracle
+
+
+def test_quick_split_hygiene(quick_out: Path) -> None:
+    res = json.loads((quick_out / "results.json").read_text())["ops"]["spmm"]
+    train, val, test = (set(res["split"][k]) for k in ("train", "validation", "test"))
+    assert test and val and not (test & val) and not (test & train) and not (val & train)
+    assert not (set(res["source_matrices"]) & (test | val))  # pretraining never saw them
+    for cell in res["cells"]:
+        assert set(cell["chosen"]["finetune_matrices"]) <= train
+        assert set(cell["test"]) == test
+    for saved in (quick_out / "models").glob("*.json"):
+        if not saved.name.endswith(".test.json"):
+            assert "test" not in json.loads(saved.read_text())
+    for model in (quick_out / "models").glob("[!p]*.safetensors"):  # fine-tuned models
+        assert "test" not in read_metadata(model)["metrics"]
+
+
+def test_selection_is_blind_to_test_runtimes(quick_out: Path, tmp_path: Path) -> None:
+    preset = load_experiment("quick")
+    db = quick_out / "records.collected.db"
+    data = harness.prepare_op(db, preset, "spmm", lambda _: None)
+    pretrained = next((quick_out / "models").glob("pretrained-spmm-*.safetensors"))
+    cell = Cell("TL", 1, 0)
+    chosen = []
+    for scramble in (False, True):
+        if scramble:  # the test matrices' runtimes reversed: a leak would change the choice
+            test = set(data.test)
+            data.runs = [
+                replace(r, runtimes=r.runtimes[::-1].copy()) if r.key in test else r
+                for r in data.runs
+            ]
+        models = tmp_path / f"models-{scramble}"
+        models.mkdir()
+        result = harness.run_cell(
+            data, preset, cell, pretrained, models, harness.runs_digest(data.runs)
+        )
+        chosen.append(result["chosen"])
+    assert chosen[0]["options"] == chosen[1]["options"]
+    assert chosen[0]["validation"] == chosen[1]["validation"]
+
+
+def test_rerun_on_a_given_store_reuses_models_and_leaves_the_store_alone(quick_out: Path) -> None:
+    models = {p: p.stat().st_mtime_ns for p in (quick_out / "models").iterdir()}
+    store = quick_out / "records.collected.db"
+    before = store.read_bytes()
+    args = ["evaluate", "--quick", "--db", str(store), "--out", str(quick_out)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    assert "snapshotting" in result.output and "reusing pretrained model" in result.output
+    assert {p: p.stat().st_mtime_ns for p in (quick_out / "models").iterdir()} == models
+    assert store.read_bytes() == before
+    assert "records.snapshot.db" in (quick_out / "report.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--preset", "nosuch"], "unknown experiment preset 'nosuch'"),
+        (["--quick", "--preset", "default"], "exclude each other"),
+        (["--preset", "default", "--db", "/nonexistent/records.db"], "no usable records"),
+    ],
+)
+def test_bad_input_is_one_line(
+    args: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        run(["evaluate", *args, "--out", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 1
+    assert len(err.splitlines()) == 1 and message in err, err
