@@ -274,8 +274,15 @@ def library_runtime(matrix: Matrix, op: str, width: int, timeout_s: float = 300.
         path = Path(tmp) / "a.npz"
         sp.save_npz(path, matrix.csr, compressed=False)
         cmd = [sys.executable, "-m", "cognate.search", "library", str(path), op, str(int(width))]
+        # The same passive thread waits as the cpu runner's worker, so neither side of the
+        # ratio pays spinning waits on a shared machine (MKL's OpenMP reads KMP_BLOCKTIME).
+        env = {
+            **os.environ,
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "passive"),
+            "KMP_BLOCKTIME": os.environ.get("KMP_BLOCKTIME", "0"),
+        }
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
         except subprocess.TimeoutExpired:
             name = LIBRARY_NAMES[op]
             raise CognateError(f"library reference ({name}) took over {timeout_s:g} s") from None
