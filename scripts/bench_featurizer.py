@@ -2,9 +2,10 @@
 """Featurizer embedding time vs nnz, on both backends, in one process.
 
     python scripts/bench_featurizer.py [--sizes 100000,1000000,5000000] [--preset waco]
-                                       [--repeats 3] [--kind rmat] [--threads N]
+                                       [--repeats 3] [--kind rmat] [--threads N] [--rows N]
 
-For each size: a synthetic square matrix (R-MAT by default, nnz exact, rows = nnz / 10),
+For each size: a synthetic square matrix (R-MAT by default, nnz exact, rows = nnz / 10
+unless --rows is given),
 the preset's featurizer with fixed random weights, and the median wall time of
 ``Featurizer.embed`` per backend (pure PyTorch; MinkowskiEngine when importable), their
 ratio, and the largest difference between the two embeddings (they must agree).
@@ -43,19 +44,26 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--kind", default="rmat")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
+    parser.add_argument("--rows", type=int, default=0, help="rows = cols (0 = nnz / 10)")
+    # Once MinkowskiEngine has run, torch ops in the same process ran ~10x slower here
+    # (OpenMP runtimes clash, DESIGN section 11): time torch alone with --backends torch.
+    parser.add_argument("--backends", default="torch,minkowski", help="subset to time")
     args = parser.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     featurizer = Featurizer(load_preset(args.preset).featurizer).eval()
-    backends = ["torch"] + (["minkowski"] if sparseconv.minkowski() is not None else [])
-    if len(backends) == 1:
+    wanted = args.backends.split(",")
+    backends = ["torch"] if "torch" in wanted else []
+    if "minkowski" in wanted and sparseconv.minkowski() is not None:
+        backends.append("minkowski")
+    if "minkowski" in wanted and "minkowski" not in backends:
         print(f"MinkowskiEngine not importable ({sparseconv.minkowski_error()}): torch only")
     print(f"preset {args.preset}, torch threads {torch.get_num_threads()}, repeats {args.repeats}")
     header = f"{'nnz':>9} {'shape':>17} " + " ".join(f"{b + ' s':>12}" for b in backends)
     print(header + ("   torch/ME   max |diff|" if len(backends) == 2 else ""))
     for nnz in (int(s) for s in args.sizes.split(",")):
-        n = max(nnz // 10, 16)
+        n = args.rows or max(nnz // 10, 16)
         matrix = generate(args.kind, n, n, nnz=nnz, seed=0)
         results = {b: time_embed(featurizer, matrix, b, args.repeats) for b in backends}
         line = f"{matrix.nnz:>9} {f'{n}x{n}':>17} " + " ".join(

@@ -8,9 +8,10 @@ import torch.nn.functional as F
 
 from cognate.io import load_matrix
 from cognate.model import sparseconv
-from cognate.model.featurizer import Featurizer, matrix_points
+from cognate.model.featurizer import Featurizer, matrix_points, matrix_scalars
 from cognate.model.preset import FeaturizerSpec
 from cognate.model.sparseconv import PointSet, conv_torch
+from cognate.synth import generate
 
 
 def random_points(n: int, grid: tuple[int, int], seed: int) -> PointSet:
@@ -65,6 +66,47 @@ def test_conv_is_differentiable() -> None:
     _, out = conv_torch(points, torch.ones(len(points), 1), weight, None, 2)
     out.sum().backward()
     assert weight.grad is not None and weight.grad.abs().sum() > 0
+
+
+def brute_force_pairs(points: PointSet, k: int, stride: int) -> list[tuple[list[int], list[int]]]:
+    """Per kernel index, (dst, src) by scanning every (output, input) pair."""
+    out_points = points if stride == 1 else points.downsample()[0]
+    pairs: list[tuple[list[int], list[int]]] = [([], []) for _ in range(k * k)]
+    outs = list(zip(out_points.rows.tolist(), out_points.cols.tolist(), strict=True))
+    ins = list(zip(points.rows.tolist(), points.cols.tolist(), strict=True))
+    for u, (ur, uc) in enumerate(outs):
+        for v, (vr, vc) in enumerate(ins):
+            di, dj = vr - stride * ur, vc - stride * uc
+            if abs(di) <= k // 2 and abs(dj) <= k // 2:
+                index = (di + k // 2) + k * (dj + k // 2)
+                pairs[index][0].append(u)
+                pairs[index][1].append(v)
+    return pairs
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("k", [1, 3, 5, 7])
+def test_kernel_map_equals_brute_force(k: int, stride: int) -> None:
+    # The one-search-per-kernel-row window must find exactly the per-offset neighbours,
+    # at grid edges too (tiny and thin grids, dense and sparse fills).
+    for seed, (n, grid) in enumerate([(60, (9, 11)), (40, (1, 50)), (30, (30, 2)), (6, (3, 3))]):
+        points = random_points(n, grid, seed)
+        kmap = sparseconv.KernelMap.build(points, k, stride)
+        expected = brute_force_pairs(points, k, stride)
+        assert [(d.tolist(), s.tolist()) for d, s in kmap.pairs] == expected
+
+
+def test_embed_records_no_graph_and_matches_forward() -> None:
+    # embed() is inference only: no autograd graph, same numbers as forward with a plan.
+    spec = FeaturizerSpec(channels=[4, 4, 4], first_kernel=5, kernel=3, embedding_dim=8)
+    featurizer = Featurizer(spec)
+    matrix = generate("uniform", 300, 200, nnz=2000, seed=3)
+    emb = featurizer.embed(matrix, "torch")
+    assert not emb.requires_grad
+    points = matrix_points(matrix)
+    scalars = matrix_scalars(matrix.shape, matrix.nnz)
+    expected = featurizer(points, scalars, "torch", featurizer.plan(points))
+    torch.testing.assert_close(emb, expected.detach(), rtol=1e-5, atol=1e-6)
 
 
 def test_real_matrix_points_keep_every_nonzero(suitesparse_files) -> None:

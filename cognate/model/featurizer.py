@@ -122,7 +122,8 @@ class Featurizer(nn.Module):
                 zip(self.weights, self.biases, strict=True), plan, self.layers(), strict=True
             ):
                 points, feats = sparseconv.conv_torch(points, feats, w, b, stride, kmap)
-                feats = torch.relu(feats)
+                # In place when no graph is recorded: saves a full-size copy per layer.
+                feats = torch.relu(feats) if torch.is_grad_enabled() else feats.relu_()
                 pools.append(feats.mean(0))
         else:
             tensor = sparseconv.minkowski_input(points, feats)
@@ -147,4 +148,7 @@ class Featurizer(nn.Module):
         """The embedding of ``matrix`` ([embedding_dim]); deterministic for fixed weights."""
         if matrix.nnz == 0:
             raise CognateError(f"{matrix.name}: cannot embed a matrix with no nonzeros")
-        return self(matrix_points(matrix), matrix_scalars(matrix.shape, matrix.nnz), backend)
+        # Inference only (training calls forward with cached plans): recording the autograd
+        # graph of a 1M-nnz matrix costs more time than the convolutions themselves.
+        with torch.no_grad():
+            return self(matrix_points(matrix), matrix_scalars(matrix.shape, matrix.nnz), backend)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import cache
 from types import ModuleType
 
+import numpy as np
 import torch
 
 BACKENDS: tuple[str, ...] = ("torch", "minkowski")
@@ -74,6 +75,72 @@ def _neighbours(
     return query[hit], pos[hit]
 
 
+def _sorted_search(keys: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
+    """``searchsorted(keys, queries)`` for non-decreasing ``queries``."""
+    if keys.device.type == "cpu":
+        # NumPy narrows each binary search with the previous answer when the queries
+        # increase: about 2x faster than torch here for 1M sorted queries.
+        return torch.from_numpy(np.searchsorted(keys.numpy(), queries.numpy()))
+    return torch.searchsorted(keys, queries)
+
+
+def _window_pairs(
+    source: PointSet, out_points: PointSet, k: int, stride: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dst, src, kernel index) of every pair, with one search per kernel row.
+
+    Why not one ``searchsorted`` per offset: the source points of output u in kernel row
+    di are the points of row R = stride*u_r + di with cols in [c - k//2, c + k//2] (c =
+    stride*u_c). Keys are sorted and distinct, so those points sit in the k positions
+    from the first key >= R*w + max(c - k//2, 0): one search finds all k offsets of the
+    row (k searches per layer instead of k*k; the searches were the dominant cost).
+    """
+    h, w = source.grid
+    r, n = k // 2, len(source)
+    dst_all, src_all, kidx_all = [], [], []
+    centre = out_points.cols * stride
+    for di in range(-r, r + 1):
+        row = out_points.rows * stride + di
+        dst = torch.nonzero((row >= 0) & (row < h)).squeeze(1)
+        if not dst.numel() or not n:
+            continue
+        col = centre[dst]
+        base = row[dst] * w + col  # key of offset (di, 0); may lie outside the grid
+        # Queries increase with the (sorted) output points, as _sorted_search needs.
+        q = _sorted_search(source.keys, base - torch.clamp(col, max=r))
+        state = torch.stack([dst, col, base, q])  # compacted together: one gather a step
+        for _ in range(k):
+            dst, col, base, q = state
+            dj = source.keys[q.clamp(max=n - 1)] - base
+            inside = (q < n) & (dj <= r)
+            # A key within +-r of base but off this row's columns belongs to another row.
+            sel = torch.nonzero(inside & (col + dj >= 0) & (col + dj < w)).squeeze(1)
+            dst_all.append(dst[sel])
+            src_all.append(q[sel])
+            kidx_all.append((di + r) + k * (dj[sel] + r))
+            # Later keys are larger: a query past its window (dj >= r) is done.
+            state = state[:, torch.nonzero(inside & (dj < r)).squeeze(1)]
+            if not state.shape[1]:
+                break
+            state[3] += 1
+    if not dst_all:
+        empty = source.keys.new_zeros(0)
+        return empty, empty, empty
+    return torch.cat(dst_all), torch.cat(src_all), torch.cat(kidx_all)
+
+
+def _group_pairs(
+    dst: torch.Tensor, src: torch.Tensor, kidx: torch.Tensor, k: int
+) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """Split flat pairs into one (dst, src) per kernel index, each sorted by dst."""
+    # Sorting by (kernel index, dst) keeps each offset's scatter in increasing dst order,
+    # the same order the per-offset search gave, so index_add_ sums identically.
+    order = torch.argsort(kidx * max(int(dst.max()) + 1 if dst.numel() else 1, 1) + dst)
+    counts = torch.bincount(kidx, minlength=k * k).tolist()
+    dst, src = dst[order], src[order]
+    return tuple(zip(dst.split(counts), src.split(counts), strict=True))
+
+
 @dataclass(frozen=True)
 class KernelMap:
     """Which input point feeds which output point through each kernel offset.
@@ -90,12 +157,10 @@ class KernelMap:
         if stride not in (1, 2):
             raise ValueError(f"stride must be 1 or 2, got {stride}")
         out_points = points if stride == 1 else points.downsample()[0]
-        pairs = tuple(
-            # Output u (normalised) reads input point stride * u + offset.
-            _neighbours(points, out_points.rows * stride + di, out_points.cols * stride + dj)
-            for di, dj in kernel_offsets(k)
-        )
-        return KernelMap(out_points, pairs)
+        kernel_offsets(k)  # validates k
+        # Output u (normalised) reads input point stride * u + offset.
+        dst, src, kidx = _window_pairs(points, out_points, k, stride)
+        return KernelMap(out_points, _group_pairs(dst, src, kidx, k))
 
     @property
     def size(self) -> int:
@@ -123,13 +188,37 @@ def conv_torch(
     """Sparse convolution in plain PyTorch; returns the output points and features."""
     k = round(weight.shape[0] ** 0.5)
     kernel_map = kernel_map or KernelMap.build(points, k, stride)
-    out = feats.new_zeros((len(kernel_map.out_points), weight.shape[2]))
-    for index, (dst, src) in enumerate(kernel_map.pairs):
-        if dst.numel():
-            out.index_add_(0, dst, feats[src] @ weight[index])
-    if bias is not None:
-        out = out + bias
+    shape = (len(kernel_map.out_points), weight.shape[2])
+    # Starting from the bias saves a zero fill and a full-size add per layer (the sums are
+    # the same up to float rounding).
+    out = feats.new_zeros(shape) if bias is None else bias.expand(shape).clone()
+    if torch.is_grad_enabled():
+        for index, (dst, src) in enumerate(kernel_map.pairs):
+            if dst.numel():
+                out.index_add_(0, dst, feats[src] @ weight[index])
+    else:
+        _accumulate_inference(out, feats, weight, kernel_map)
     return kernel_map.out_points, out
+
+
+def _accumulate_inference(
+    out: torch.Tensor, feats: torch.Tensor, weight: torch.Tensor, kernel_map: KernelMap
+) -> None:
+    """``out[dst] += feats[src] @ weight[o]`` per offset, through two reused buffers.
+
+    Why: a fresh 100 MB tensor per gather and per product is paid for in page faults;
+    writing into the same buffers (``out=``, not differentiable, so inference only) made
+    the loop about 2x faster at 1M nnz.
+    """
+    most = max((int(dst.numel()) for dst, _ in kernel_map.pairs), default=0)
+    gathered = feats.new_empty((most, weight.shape[1]))
+    product = feats.new_empty((most, weight.shape[2]))
+    for index, (dst, src) in enumerate(kernel_map.pairs):
+        m = int(dst.numel())
+        if m:
+            torch.index_select(feats, 0, src, out=gathered[:m])
+            torch.mm(gathered[:m], weight[index], out=product[:m])
+            out.index_add_(0, dst, product[:m])
 
 
 @cache
