@@ -92,26 +92,15 @@ class ScipyRunner(Runner):
     def __init__(self, repeats: int = 3, timeout_s: float | None = None) -> None:
         self.repeats = repeats
 
-    def measure(
-        self,
-        matrix: Matrix,
-        op: str,
-        width: int,
-        configs: Sequence[Config],
-        progress: ProgressFn | None = None,
-    ) -> list[Measurement]:
+    def begin_batch(self, matrix: Matrix, op: str, width: int) -> None:
         rng = np.random.default_rng(0)
-        b = rng.standard_normal((matrix.shape[1], width)).astype(np.float32)
-        reference = matrix.csr.astype(np.float64) @ b.astype(np.float64)
+        self.b = rng.standard_normal((matrix.shape[1], width)).astype(np.float32)
+        self.reference = matrix.csr.astype(np.float64) @ self.b.astype(np.float64)
         # float32 error bound of each output entry: proportional to sum |a| |b|.
-        scale = abs(matrix.csr.astype(np.float64)) @ abs(b.astype(np.float64))
-        out = []
-        for config in configs:
-            m = self._one(matrix.csr, b, reference, scale, config)
-            out.append(m)
-            if progress:
-                progress(m)
-        return out
+        self.scale = abs(matrix.csr.astype(np.float64)) @ abs(self.b.astype(np.float64))
+
+    def measure_one(self, matrix: Matrix, op: str, width: int, config: Config) -> Measurement:
+        return self._one(matrix.csr, self.b, self.reference, self.scale, config)
 
     def _one(
         self,
