@@ -41,6 +41,26 @@ import triton.language as tl
 # ----------------------------------------------------------------------------- SpMM
 
 
+@triton.jit
+def _segment_dot(
+    indices, values, b_ptr, start, end, cols, col_mask, N, BN: tl.constexpr, NZ: tl.constexpr
+):
+    """Sum over nonzeros [start, end) of one row: v * B[k, cols], NZ nonzeros per step."""
+    acc = tl.zeros([BN], dtype=tl.float32)
+    for pos in range(start, end, NZ):
+        offs = pos + tl.arange(0, NZ)
+        nz_mask = offs < end
+        k = tl.load(indices + offs, mask=nz_mask, other=0).to(tl.int64)
+        v = tl.load(values + offs, mask=nz_mask, other=0.0)
+        b = tl.load(
+            b_ptr + k[:, None] * N + cols[None, :],
+            mask=nz_mask[:, None] & col_mask[None, :],
+            other=0.0,
+        )
+        acc += tl.sum(v[:, None] * b, axis=0)
+    return acc
+
+
 @triton.jit(do_not_specialize=["M"])
 def spmm_rows_kernel(
     indptr,
@@ -71,18 +91,7 @@ def spmm_rows_kernel(
                 row = slot
             start = tl.load(indptr + row)
             end = tl.load(indptr + row + 1)
-            acc = tl.zeros([BN], dtype=tl.float32)
-            for pos in range(start, end, NZ):
-                offs = pos + tl.arange(0, NZ)
-                nz_mask = offs < end
-                k = tl.load(indices + offs, mask=nz_mask, other=0).to(tl.int64)
-                v = tl.load(values + offs, mask=nz_mask, other=0.0)
-                b = tl.load(
-                    b_ptr + k[:, None] * N + cols[None, :],
-                    mask=nz_mask[:, None] & col_mask[None, :],
-                    other=0.0,
-                )
-                acc += tl.sum(v[:, None] * b, axis=0)
+            acc = _segment_dot(indices, values, b_ptr, start, end, cols, col_mask, N, BN, NZ)
             tl.store(c_ptr + tl.cast(row, tl.int64) * N + cols, acc, mask=col_mask)
 
 
@@ -119,18 +128,8 @@ def spmm_nnz_kernel(
         row_start = tl.load(indptr + row)
         row_end = tl.load(indptr + row + 1)
         seg_end = tl.minimum(row_end, hi)
-        acc = tl.zeros([BN], dtype=tl.float32)
-        for pos in range(tl.maximum(row_start, lo), seg_end, NZ):
-            offs = pos + tl.arange(0, NZ)
-            nz_mask = offs < seg_end
-            k = tl.load(indices + offs, mask=nz_mask, other=0).to(tl.int64)
-            v = tl.load(values + offs, mask=nz_mask, other=0.0)
-            b = tl.load(
-                b_ptr + k[:, None] * N + cols[None, :],
-                mask=nz_mask[:, None] & col_mask[None, :],
-                other=0.0,
-            )
-            acc += tl.sum(v[:, None] * b, axis=0)
+        seg_start = tl.maximum(row_start, lo)
+        acc = _segment_dot(indices, values, b_ptr, seg_start, seg_end, cols, col_mask, N, BN, NZ)
         # One comparison per mask: the interpreter turns `bool & bool` into int32, which
         # its store rejects; a column limit of 0 disables a store instead.
         whole = (row_start >= lo) & (row_end <= hi)
