@@ -25,7 +25,7 @@ import signal
 import socket
 import threading
 from collections import Counter, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
 from concurrent.futures import wait as wait_futures
 from concurrent.futures.process import BrokenProcessPool
@@ -108,13 +108,24 @@ def matrix_seed(seed: int, matrix: Matrix) -> int:
     return int.from_bytes(digest[:4], "little")
 
 
+ConfigPicker = Callable[[Matrix], list[Config]]
+
+
 def choose_configs(
-    space: Space, matrix: Matrix, n_configs: int, all_configs: bool, seed: int
+    space: Space,
+    matrix: Matrix,
+    n_configs: int,
+    all_configs: bool,
+    seed: int,
+    picker: ConfigPicker | None = None,
 ) -> tuple[Config, list[Config]]:
-    """(baseline, configs to have measured): the baseline first, no duplicates."""
+    """(baseline, configs to have measured): the baseline first, no duplicates. A
+    ``picker`` (a cost model's choice) replaces the seeded sample."""
     shape = matrix.shape
     per_matrix = matrix_seed(seed, matrix)
-    if all_configs:
+    if picker is not None:
+        configs = picker(matrix)
+    elif all_configs:
         configs = space.candidates(n_configs, per_matrix, shape)
     else:
         configs = space.sample(n_configs, per_matrix, shape)
@@ -123,6 +134,24 @@ def choose_configs(
     for config in configs:
         unique.setdefault(config.hash, config)
     return baseline, list(unique.values())
+
+
+def model_picker(
+    model_path: str | Path, target_name: str, space: Space, op: str, width: int, n: int
+) -> ConfigPicker:
+    """The ``n`` runnable candidates a cost model ranks best, from the same candidate set
+    ``cognate tune`` searches: measuring them refines the model exactly where it searches
+    (its top picks among 20k candidates lie where random samples are sparse)."""
+    from cognate import search  # torch: imported only when a model is asked for
+
+    loaded = search.load_model(search.resolve_model_path(model_path, target_name, op), space)
+
+    def pick(matrix: Matrix) -> list[Config]:
+        ranked, _ = search.rank(loaded, space, matrix, width)
+        top, _ = search.runnable_top(ranked, matrix, op, width, n, target_name)
+        return [candidate.config for candidate in top]
+
+    return pick
 
 
 def check_batch(configs: Sequence[Config], measurements: Sequence[Measurement]) -> None:
@@ -583,6 +612,7 @@ def collect(
     runner_options: dict[str, Any] | None = None,
     batch: int = 1,
     console: Console | None = None,
+    from_model: str | Path | None = None,
 ) -> CollectSummary:
     """Measure configs of every matrix on one target into the store at ``db_path``.
 
@@ -590,7 +620,9 @@ def collect(
     which is the whole space where the space is small enough to enumerate; ``n_configs``
     then caps sampled spaces). The baseline is always added. ``jobs`` sizes the local
     process pool of non-exclusive targets (default: all cores). ``batch`` configs are
-    measured and committed at a time. Ctrl-C stops the run; the summary says so.
+    measured and committed at a time. ``from_model``: measure that cost model's top
+    ``n_configs`` candidates per matrix instead of a sample. Ctrl-C stops the run; the
+    summary says so.
     """
     from cognate.store import Store  # engineer B's store; imported where needed
 
@@ -609,7 +641,9 @@ def collect(
             f"cognate: --jobs ignored: {target.name} timings take the whole machine",
             soft_wrap=True,
         )
-    choose = {"n_configs": n_configs, "all_configs": all_configs, "seed": seed}
+    choose: dict[str, Any] = {"n_configs": n_configs, "all_configs": all_configs, "seed": seed}
+    if from_model is not None:
+        choose["picker"] = model_picker(from_model, target.name, space, op, width, n_configs)
     ray_started = _ray_connect(ray_address) if ray_address is not None else False
     try:
         with Store(db_path) as store, _progress(console) as progress:

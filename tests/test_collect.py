@@ -521,3 +521,26 @@ def test_cpu_width_over_the_limit_is_refused_before_measuring(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and f"--width {too_wide} is over the cpu limit" in err[0]
     assert not db.exists() or records(db).empty
+
+
+def test_from_model_measures_the_models_top_picks(small: list[Path], tmp_path: Path) -> None:
+    """--from-model measures what `cognate tune` would verify (plus the baseline)."""
+    from cognate.io import load_matrix
+    from cognate.search import tune_matrix
+
+    db = tmp_path / "picked.db"
+    summary = collect(
+        "spade", "spmm", 64, small[:1], db_path=db, n_configs=3, jobs=1, from_model=None
+    )
+    assert summary.exit_code == 0
+    picked = tmp_path / "picked2.db"
+    model = Path(__file__).resolve().parents[1] / "data" / "models" / "spade-spmm.safetensors"
+    summary = collect(
+        "spade", "spmm", 64, small[:1], db_path=picked, n_configs=3, jobs=1, from_model=model
+    )
+    assert summary.exit_code == 0, summary.line()
+    tuned = tune_matrix(load_matrix(small[0]), target="spade", op="spmm", width=64, top_k=3)
+    expected = {c.config.hash for c in tuned.candidates} | {tuned.baseline.config.hash}
+    assert set(records(picked)["config_hash"]) == expected
+    # A random sample of 3 is a different set (the model's picks are not the seeded sample).
+    assert set(records(db)["config_hash"]) != expected

@@ -34,6 +34,13 @@ from cognate.collect import DEFAULT_CONFIGS, DEFAULT_WIDTH, collect
 @click.option("--jobs", type=int, default=None, help="Local processes (non-exclusive targets).")
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Per-config limit, s.")
 @click.option("--repeats", type=int, default=None, help="Timed repeats per config.")
+@click.option(
+    "--from-model",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Measure this cost model's top --configs candidates per matrix (those "
+    "`cognate tune` would pick) instead of a random sample: refines the model where it searches.",
+)
 @click.argument("matrices", nargs=-1, required=True, type=click.Path())
 @click.pass_context
 def collect_command(
@@ -49,6 +56,7 @@ def collect_command(
     jobs: int | None,
     timeout_s: float | None,
     repeats: int | None,
+    from_model: str | None,
     matrices: tuple[str, ...],
 ) -> None:
     """Measure configs of each MATRIX (files or folders); resumable, Ctrl-C safe."""
@@ -70,6 +78,7 @@ def collect_command(
         ray_address=ray_address,
         jobs=jobs,
         runner_options=runner_options,
+        from_model=from_model,
     )
     click.echo(f"cognate: {summary.line()}")
     ctx.exit(summary.exit_code)
