@@ -4,6 +4,9 @@ Formats (chosen by suffix): Matrix Market ``.mtx`` / ``.mtx.gz``, the SuiteSpars
 ``.tar.gz`` / ``.tgz`` as downloaded (the ``<name>/<name>.mtx`` member is read straight
 from the archive, never extracted), scipy ``.npz`` (``scipy.sparse.save_npz``) and WACO's
 binary ``.csr`` (little-endian int32 nrow, ncol, nnz, rowptr[nrow+1], colidx[nnz]).
+A cognate ``.npz`` may also hold a permuted structured matrix's index maps (``row_perm``,
+``col_perm``: see ``cognate.matrix``); the other formats have none (writing a permuted
+matrix to ``.mtx`` keeps the logical matrix A and drops the maps).
 
 Policies:
 - Symmetric, skew-symmetric and hermitian files are expanded to both triangles (the
@@ -36,8 +39,8 @@ import fast_matrix_market as fmm
 import numpy as np
 import scipy.sparse as sp
 
-from cognate.errors import InputError
-from cognate.matrix import Matrix, canonicalize
+from cognate.errors import CognateError, InputError
+from cognate.matrix import Matrix, canonicalize, check_permutation
 
 INT32_MAX = 2**31 - 1
 MATRIX_SUFFIXES: tuple[str, ...] = (".mtx.gz", ".tar.gz", ".tgz", ".mtx", ".npz", ".csr")
@@ -109,7 +112,11 @@ def load_matrix(path: str | Path) -> Matrix:
     except _LIBRARY_ERRORS as exc:
         raise InputError(path, _describe(exc)) from exc
     _check_final(path, csr)
-    return Matrix(matrix_name(path), csr, source=str(path), field=field, symmetry=symmetry)
+    try:
+        maps = _read_npz_maps(path, csr.shape) if suffix == ".npz" else {}
+    except _LIBRARY_ERRORS as exc:
+        raise InputError(path, _describe(exc)) from exc
+    return Matrix(matrix_name(path), csr, source=str(path), field=field, symmetry=symmetry, **maps)
 
 
 def _describe(exc: BaseException) -> str:
@@ -355,6 +362,19 @@ def _read_npz(path: Path) -> tuple[sp.csr_matrix, str, str]:
     return csr, field, "general"
 
 
+def _read_npz_maps(path: Path, shape: tuple[int, int]) -> dict[str, np.ndarray]:
+    """The optional ``row_perm`` / ``col_perm`` index maps of a cognate .npz, validated."""
+    maps = {}
+    with np.load(path, allow_pickle=False) as loaded:
+        for key, length in (("row_perm", shape[0]), ("col_perm", shape[1])):
+            if key in loaded.files:
+                try:
+                    maps[key] = check_permutation(loaded[key], length, key)
+                except CognateError as exc:
+                    raise InputError(path, str(exc)) from exc
+    return maps
+
+
 def _field_of_dtype(dtype: np.dtype) -> str:
     if dtype == np.bool_:
         return "pattern"
@@ -420,7 +440,7 @@ def save_matrix(matrix: Matrix, path: str | Path) -> Path:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp{suffix}")
     try:
         if suffix == ".npz":
-            sp.save_npz(tmp, matrix.csr, compressed=True)
+            _write_npz(tmp, matrix)
         else:
             opener = gzip.open if suffix == ".mtx.gz" else open
             with opener(tmp, "wb") as stream:
@@ -433,6 +453,27 @@ def save_matrix(matrix: Matrix, path: str | Path) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return path
+
+
+def _write_npz(path: Path, matrix: Matrix) -> None:
+    """scipy's own .npz; with index maps, the same arrays plus ``row_perm`` / ``col_perm``.
+
+    Without maps the file is exactly what ``scipy.sparse.save_npz`` writes (stored corpora
+    stay byte-identical); ``load_npz`` ignores the extra keys, so scipy still reads it.
+    """
+    if not matrix.permuted:
+        sp.save_npz(path, matrix.csr, compressed=True)
+        return
+    csr = matrix.csr
+    arrays = {"indices": csr.indices, "indptr": csr.indptr, "format": b"csr"}
+    arrays.update(shape=csr.shape, data=csr.data)
+    arrays.update({k: v for k, v in _maps(matrix).items() if v is not None})
+    with open(path, "wb") as stream:  # a file object: numpy would append .npz to a name
+        np.savez_compressed(stream, **arrays)
+
+
+def _maps(matrix: Matrix) -> dict[str, np.ndarray | None]:
+    return {"row_perm": matrix.row_perm, "col_perm": matrix.col_perm}
 
 
 def _write_field(matrix: Matrix) -> str:

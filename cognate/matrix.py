@@ -2,6 +2,12 @@
 
 Canonical form: CSR, sorted and de-duplicated int32 column indices, float32 values,
 explicitly stored zeros kept. Readers for every file format live in cognate.io.
+
+A permuted structured matrix (DESIGN section 10: y = S(P x)) carries its permutations as
+index maps: ``A[row_perm[i], col_perm[j]] = S[i, j]`` where ``csr`` is the logical matrix
+A that everything (references, baselines, featurizer) works on and ``structured()`` is S,
+the unpermuted structured pattern a kernel can run over while reading B and writing C
+through the maps. ``None`` means the identity map.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
+from cognate.errors import CognateError
+
 
 @dataclass
 class Matrix:
@@ -23,7 +31,14 @@ class Matrix:
     source: str = ""  # file path or generator description
     field: str = "real"  # real | integer | complex | pattern
     symmetry: str = "general"  # general | symmetric | skew-symmetric | hermitian
+    row_perm: np.ndarray | None = None  # A[row_perm[i], col_perm[j]] = S[i, j]
+    col_perm: np.ndarray | None = None
     _sha256: str | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        rows, cols = self.csr.shape
+        self.row_perm = check_permutation(self.row_perm, int(rows), f"{self.name}: row_perm")
+        self.col_perm = check_permutation(self.col_perm, int(cols), f"{self.name}: col_perm")
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -34,15 +49,61 @@ class Matrix:
         return int(self.csr.nnz)
 
     @property
+    def permuted(self) -> bool:
+        """Whether the matrix carries a row or column index map."""
+        return self.row_perm is not None or self.col_perm is not None
+
+    def structured(self) -> sp.csr_matrix:
+        """S with ``A[row_perm[i], col_perm[j]] = S[i, j]`` (canonical CSR; ``csr`` if no maps)."""
+        if not self.permuted:
+            return self.csr
+        s = self.csr
+        if self.row_perm is not None:
+            s = s[self.row_perm]
+        if self.col_perm is not None:
+            s = s[:, self.col_perm]
+        return canonicalize(s)
+
+    @property
     def sha256(self) -> str:
-        """Hash of the canonical pattern and values: the matrix's identity in the store."""
+        """Hash of the canonical pattern and values: the matrix's identity in the store.
+
+        The index maps are part of it when present (they change what a kernel does); a
+        matrix without maps hashes exactly as before maps existed.
+        """
         if self._sha256 is None:
             h = hashlib.sha256()
             h.update(np.asarray(self.shape, dtype=np.int64).tobytes())
             for arr in (self.csr.indptr, self.csr.indices, self.csr.data):
                 h.update(np.ascontiguousarray(arr).tobytes())
+            for label, perm in ((b"row_perm", self.row_perm), (b"col_perm", self.col_perm)):
+                if perm is not None:
+                    h.update(label)
+                    h.update(np.ascontiguousarray(perm).tobytes())
             self._sha256 = h.hexdigest()
         return self._sha256
+
+
+def check_permutation(perm: object, length: int, what: str) -> np.ndarray | None:
+    """``perm`` as an int32 permutation of range(length) (None stays None); else CognateError."""
+    if perm is None:
+        return None
+    array = np.asarray(perm)
+    if array.ndim != 1 or array.size != length:
+        raise CognateError(
+            f"{what} must be a 1-d array of length {length}, got shape {array.shape}"
+        )
+    if array.size and not np.issubdtype(array.dtype, np.integer):
+        raise CognateError(f"{what} must hold integers, got {array.dtype}")
+    array = array.astype(np.int32, copy=False)
+    seen = np.zeros(length, dtype=bool)
+    inside = (array >= 0) & (array < length)
+    if not inside.all():
+        raise CognateError(f"{what} has an index outside [0, {length}): {int(array[~inside][0])}")
+    seen[array] = True
+    if not seen.all():
+        raise CognateError(f"{what} is not a permutation (index {int(np.argmin(seen))} missing)")
+    return np.ascontiguousarray(array)
 
 
 def canonicalize(a: sp.spmatrix | sp.sparray) -> sp.csr_matrix:

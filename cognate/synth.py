@@ -21,14 +21,19 @@ numpy and deterministic per seed. Kinds and their options:
 - ``nm``: N:M along rows: in each row, every group of ``m`` consecutive columns keeps ``n``
   entries (default 2:4; a last partial group keeps min(n, its width)). The density is
   n / m; a density given too must agree.
+  Without ``n``/``m``, a density other than 1/2 picks n:m = the density in lowest terms
+  (m <= 100): sparsity 0.6 -> 2:5, 0.9 -> 1:10, 0.99 -> 1:100.
 Every kind takes ``permute`` = rows | cols | both: a random row and/or column permutation
-of the same matrix (drawn from a separate stream, so the unpermuted matrix is identical).
+of the same matrix S (drawn from a separate stream, so S is identical). The result's
+``csr`` is the permuted matrix A and it carries the index maps (``row_perm`` / ``col_perm``,
+``A[row_perm[i], col_perm[j]] = S[i, j]``; ``Matrix.structured()`` gives S back).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -41,6 +46,11 @@ from cognate.matrix import Matrix, canonicalize
 INT32_MAX = 2**31 - 1
 KINDS: tuple[str, ...] = ("uniform", "rmat", "banded", "block-diagonal", "kdiag", "block", "nm")
 PERMUTE_CHOICES: tuple[str, ...] = ("rows", "cols", "both")
+# The layer workloads of DESIGN section 10 (issue 10): pruned NN weights (M x N) and the
+# sparsities the structured-sparsity papers report.
+LAYER_SHAPES: tuple[tuple[int, int], ...] = ((768, 768), (768, 3072), (3072, 768), (4096, 4096))
+LAYER_SPARSITIES: tuple[float, ...] = (0.6, 0.8, 0.9, 0.95, 0.99)
+STRUCTURED_KINDS: tuple[str, ...] = ("kdiag", "block", "nm")
 _OPTIONS: dict[str, tuple[str, ...]] = {
     "uniform": (),
     "rmat": ("a", "b", "c", "d"),
@@ -76,18 +86,23 @@ def generate(
     if kind == "kdiag" and nnz is None:  # K from the fraction itself, not a rounded count
         fraction = sparsity if sparsity is not None else 1 - density
         target = kdiag_count(rows, cols, fraction) * min(rows, cols)
+    if kind == "nm" and target is not None and not kind_options:
+        kind_options = _nm_options_for(target / (rows * cols))
     rng = np.random.default_rng(seed)
     row, col = _GENERATORS[kind](rows, cols, target, rng, **kind_options)
     values = rng.standard_normal(row.size, dtype=np.float32)
+    maps: dict[str, np.ndarray] = {}
     if permute:
-        row, col = _permute(row, col, rows, cols, seed, permute)
+        maps = _permutation_maps(rows, cols, seed, permute)
+        row = maps["row_perm"][row] if "row_perm" in maps else row
+        col = maps["col_perm"][col] if "col_perm" in maps else col
     csr = canonicalize(sp.coo_matrix((values, (row, col)), shape=(rows, cols)))
     options = "".join(f" {k}={v}" for k, v in sorted(kind_options.items()))
     source = f"synth:{kind} {rows}x{cols} nnz={csr.nnz} seed={seed}{options}"
     if permute:
         source += f" permute={permute}"
     name = f"{kind}_{rows}x{cols}_seed{seed}" + (f"_perm-{permute}" if permute else "")
-    return Matrix(name, csr, source=source, field="real", symmetry="general")
+    return Matrix(name, csr, source=source, field="real", symmetry="general", **maps)
 
 
 def _check_args(
@@ -391,13 +406,28 @@ _GENERATORS: dict[str, Callable[..., Positions]] = {
 }
 
 
-def _permute(
-    row: np.ndarray, col: np.ndarray, rows: int, cols: int, seed: int, permute: str
-) -> Positions:
-    """Entry (i, j) moves to (inv_row[i], inv_col[j]): the result is A[pi_r][:, pi_c]."""
-    rng = np.random.default_rng([seed, 0x9E3779B9])  # a stream independent of the pattern's
+def _permutation_maps(rows: int, cols: int, seed: int, permute: str) -> dict[str, np.ndarray]:
+    """The index maps of a permuted variant: A[row_perm[i], col_perm[j]] = S[i, j].
+
+    Drawn from a stream independent of the pattern's, so S is the unpermuted matrix. The
+    draws are those the generator has always made (entry (i, j) of S lands at
+    (argsort(pi_r)[i], argsort(pi_c)[j])), so permuted outputs are unchanged.
+    """
+    rng = np.random.default_rng([seed, 0x9E3779B9])
+    maps = {}
     if permute in ("rows", "both"):
-        row = np.argsort(rng.permutation(rows))[row]
+        maps["row_perm"] = np.argsort(rng.permutation(rows)).astype(np.int32)
     if permute in ("cols", "both"):
-        col = np.argsort(rng.permutation(cols))[col]
-    return row, col
+        maps["col_perm"] = np.argsort(rng.permutation(cols)).astype(np.int32)
+    return maps
+
+
+def _nm_options_for(fraction: float) -> dict[str, int]:
+    """n:m for a requested density: 2:4 when it is 1/2 (the default), else the fraction in
+    lowest terms with m <= 100 (0.4 -> 2:5, 0.1 -> 1:10, 0.01 -> 1:100)."""
+    if math.isclose(fraction, 0.5, abs_tol=1e-9):
+        return {}
+    ratio = Fraction(fraction).limit_denominator(100)
+    if ratio.numerator < 1:
+        raise CognateError(f"an N:M mask cannot have density {fraction:.4g} (m is at most 100)")
+    return {"n": ratio.numerator, "m": ratio.denominator}

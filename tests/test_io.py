@@ -14,9 +14,9 @@ import pytest
 import scipy.io
 import scipy.sparse as sp
 
-from cognate.errors import InputError
+from cognate.errors import CognateError, InputError
 from cognate.io import expand_matrix_paths, load_matrix, matrix_stats, save_matrix
-from cognate.matrix import Matrix
+from cognate.matrix import Matrix, canonicalize
 
 HEADER = "%%MatrixMarket matrix coordinate {field} {symmetry}\n"
 
@@ -269,3 +269,84 @@ def test_cli_info_json_reports_every_shared_file(shared, suitesparse_files, waco
         assert set(record) >= {"name", "field", "symmetry", "row_mean", "row_max", "row_cv"}
     folder = CliRunner().invoke(main, ["data", "info", str(shared / "matrices" / "waco")])
     assert folder.exit_code == 0 and "nemspmm1_16x4_0" in folder.output
+
+
+# --- permutation index maps (issue 10) ------------------------------------------------------
+
+# The store keys on these: a matrix without index maps must hash exactly as before maps existed.
+PINNED_SHA256 = {
+    "suitesparse/494_bus.mtx.gz": "8dc7c90a34f0d7812ab8f67663cd93a5106aac23b2013571937ea73a9b9b3802",
+    "suitesparse/bcspwr06.mtx.gz": "073661c143550165e7977d9b592c638c8677ccdb58ee2baa472cf1aa45f02b44",
+    "waco/Trec6_16x16_9.csr": "51142ed7b99d5ea71079909522e737bfa82f720277fdd362e79c8480081dc031",
+}
+
+
+@pytest.mark.parametrize("relative", sorted(PINNED_SHA256))
+def test_shared_matrix_hashes_are_unchanged(shared, relative):
+    matrix = load_matrix(shared / "matrices" / relative)
+    assert not matrix.permuted and matrix.row_perm is None and matrix.col_perm is None
+    assert matrix.sha256 == PINNED_SHA256[relative]
+
+
+def _permuted_bus(shared) -> tuple[Matrix, np.ndarray]:
+    """494_bus as the structured S and a Matrix A = S permuted by two seeded index maps."""
+    s = load_matrix(shared / "matrices" / "suitesparse" / "494_bus.mtx.gz").csr
+    rng = np.random.default_rng(5)
+    row_perm, col_perm = rng.permutation(s.shape[0]), rng.permutation(s.shape[1])
+    a = canonicalize(s[np.argsort(row_perm)][:, np.argsort(col_perm)])
+    return Matrix("bus_perm", a, row_perm=row_perm, col_perm=col_perm), s.toarray()
+
+
+def test_index_maps_mean_a_of_perm_is_s(shared):
+    matrix, s = _permuted_bus(shared)
+    a = matrix.csr.toarray()
+    assert np.array_equal(a[np.ix_(matrix.row_perm, matrix.col_perm)], s)
+    assert np.array_equal(matrix.structured().toarray(), s)
+    assert matrix.row_perm.dtype == np.int32 and matrix.permuted
+    plain = Matrix("a", matrix.csr)
+    assert plain.structured() is plain.csr
+    assert matrix.sha256 != plain.sha256  # the maps change what kernels do
+    only_rows = Matrix("a", matrix.csr, row_perm=matrix.row_perm)
+    assert len({matrix.sha256, plain.sha256, only_rows.sha256}) == 3
+
+
+def test_npz_carries_index_maps(shared, tmp_path):
+    matrix, _ = _permuted_bus(shared)
+    path = save_matrix(matrix, tmp_path / "bus_perm.npz")
+    loaded = load_matrix(path)
+    assert np.array_equal(loaded.row_perm, matrix.row_perm)
+    assert np.array_equal(loaded.col_perm, matrix.col_perm)
+    assert loaded.sha256 == matrix.sha256
+    with np.load(path) as raw:  # still a scipy .npz, with the maps as extra keys
+        assert {"row_perm", "col_perm", "indptr", "indices", "data"} <= set(raw.files)
+    assert (sp.load_npz(path) != matrix.csr).nnz == 0
+    mtx = load_matrix(save_matrix(matrix, tmp_path / "bus_perm.mtx"))  # .mtx has no maps
+    assert not mtx.permuted and (mtx.csr != matrix.csr).nnz == 0
+
+
+@pytest.mark.parametrize(
+    ("row_perm", "message"),
+    [
+        (np.arange(10), "length 494"),
+        (np.zeros(494, dtype=np.int64), "not a permutation"),
+        (np.arange(1, 495), "outside"),
+        (np.linspace(0, 1, 494), "integers"),
+    ],
+)
+def test_bad_index_maps_are_one_line_errors(shared, tmp_path, row_perm, message):
+    csr = load_matrix(shared / "matrices" / "suitesparse" / "494_bus.mtx.gz").csr
+    with pytest.raises(CognateError, match=message):
+        Matrix("bad", csr, row_perm=row_perm)
+    path = tmp_path / "bad.npz"
+    np.savez_compressed(
+        path,
+        indices=csr.indices,
+        indptr=csr.indptr,
+        format=b"csr",
+        shape=csr.shape,
+        data=csr.data,
+        row_perm=row_perm,
+    )
+    with pytest.raises(InputError, match=f"bad.npz.*row_perm.*{message}") as caught:
+        load_matrix(path)
+    assert "\n" not in str(caught.value)

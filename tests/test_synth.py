@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import hashlib
+import importlib.util
 import math
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from cognate.errors import CognateError
 from cognate.io import load_matrix
-from cognate.synth import KINDS, generate, kdiag_count
+from cognate.matrix import Matrix
+from cognate.synth import KINDS, LAYER_SHAPES, LAYER_SPARSITIES, generate, kdiag_count
 
 SIZED_KINDS = ("uniform", "rmat", "banded", "block-diagonal")  # exact nnz
 
@@ -130,7 +134,18 @@ def test_nm_holds_per_group(n, m, cols):
 def test_nm_density_must_agree():
     assert generate("nm", 16, 16, density=0.5, seed=0).nnz == 128
     with pytest.raises(CognateError, match="2:4"):
-        generate("nm", 16, 16, density=0.1, seed=0)
+        generate("nm", 16, 16, density=0.1, seed=0, n=2, m=4)
+
+
+@pytest.mark.parametrize(
+    ("sparsity", "n", "m"), [(0.6, 2, 5), (0.8, 1, 5), (0.9, 1, 10), (0.95, 1, 20), (0.99, 1, 100)]
+)
+def test_nm_from_sparsity_picks_the_ratio(sparsity, n, m):
+    matrix = generate("nm", 8, 400, sparsity=sparsity, seed=0)
+    assert f"m={m} n={n}" in matrix.source
+    assert matrix.nnz == 8 * 400 * n // m
+    groups = (matrix.csr.toarray() != 0).reshape(8, 400 // m, m).sum(axis=2)
+    assert (groups == n).all()
 
 
 def _entry_map(matrix) -> dict[float, tuple[int, int]]:
@@ -208,3 +223,111 @@ def test_cli_synth_writes_a_loadable_file(tmp_path):
     expected = generate("kdiag", 64, 32, sparsity=0.75, seed=3, permute="rows")
     assert loaded.shape == (64, 32) and loaded.nnz == 16 * 32  # K = 0.25 * 64 * 32 / 32
     assert np.array_equal(loaded.csr.toarray(), expected.csr.toarray())
+
+
+# --- pinned outputs and index maps (issue 10) ------------------------------------------------
+
+# csr hashes (Matrix.sha256 without maps) recorded before index maps existed: the corpus and
+# the stored records depend on the generators' outputs staying identical.
+PINNED_CSR = [
+    ("uniform", 300, 200, {"density": 0.05}, "373e37e81a7fadc7"),
+    ("rmat", 256, 256, {"density": 0.02}, "7d36c1620278a87a"),
+    ("banded", 300, 300, {"density": 0.02}, "61e00530905fc238"),
+    ("block-diagonal", 300, 300, {"density": 0.02, "block": 16}, "973b9b87a25ad58d"),
+    ("kdiag", 96, 384, {"sparsity": 0.9}, "5945be08d2b481e5"),
+    ("block", 128, 96, {"density": 0.1, "block": 8}, "3aa102ec1f01c6ba"),
+    ("nm", 64, 96, {"n": 2, "m": 4}, "7a92ec3103b03c7a"),
+    ("kdiag", 96, 96, {"sparsity": 0.8, "permute": "both"}, "cdf374ac6757c377"),
+    ("block", 128, 96, {"density": 0.1, "block": 8, "permute": "rows"}, "10a9324ab658452c"),
+    ("nm", 64, 96, {"n": 1, "m": 4, "permute": "cols"}, "dbe5b400f4a5c41d"),
+]
+
+
+@pytest.mark.parametrize(("kind", "rows", "cols", "options", "digest"), PINNED_CSR)
+def test_generator_outputs_are_pinned(kind, rows, cols, options, digest):
+    matrix = generate(kind, rows, cols, seed=3, **options)
+    assert Matrix("x", matrix.csr).sha256[:16] == digest
+
+
+def _make_corpus_module():
+    path = Path(__file__).resolve().parents[1] / "scripts" / "make_corpus.py"
+    spec = importlib.util.spec_from_file_location("make_corpus", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# sha256 of files of the corpus the records were collected on (/work/corpus/synthetic).
+PINNED_CORPUS_FILES = {
+    20: "69c514b2982706c59e83d30af45bf51fc87579d89b713254bd72be0fa058f143",
+    23: "ead909361e4088e00958ac222ce5dfa67ca0b4bc62c4ad2989dea66fc792b35b",
+    24: "7052f112774e68460f08a81ced575c76ca643707c10faf2d2550c37c6272d545",
+    27: "7edfa461c00d99a08ff139f0f3be8c6cbf1175b05ecc255e67efb28064ca9a7a",
+}
+
+
+def test_base_corpus_files_stay_byte_identical(tmp_path):
+    paths = _make_corpus_module().write_set(tmp_path, "base", sorted(PINNED_CORPUS_FILES))
+    for index, path in zip(sorted(PINNED_CORPUS_FILES), paths, strict=True):
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == PINNED_CORPUS_FILES[index]
+        assert not load_matrix(path).permuted
+
+
+def test_extra_corpus_keeps_index_maps(tmp_path):
+    module = _make_corpus_module()
+    permuted = [i for i, recipe in enumerate(module.EXTRA) if "permute" in recipe[4]][:2]
+    assert len(module.EXTRA) >= 35 and permuted
+    for path in module.write_set(tmp_path, "extra", permuted):
+        matrix = load_matrix(path)
+        assert matrix.permuted and path.name.startswith("ext")
+        assert 20_000 <= matrix.nnz <= 400_000
+
+
+@pytest.mark.parametrize("kind", ["kdiag", "block", "nm"])
+@pytest.mark.parametrize("permute", ["rows", "cols", "both"])
+def test_permuted_matrix_carries_its_index_maps(kind, permute):
+    options = {"sparsity": 0.9} if kind != "block" else {"sparsity": 0.9, "block": 8}
+    plain = generate(kind, 96, 160, seed=4, **options)
+    permuted = generate(kind, 96, 160, seed=4, permute=permute, **options)
+    assert (permuted.row_perm is not None) == (permute in ("rows", "both"))
+    assert (permuted.col_perm is not None) == (permute in ("cols", "both"))
+    s = permuted.structured()
+    assert (s != plain.csr).nnz == 0 and np.array_equal(s.data, plain.csr.data)
+    a = permuted.csr.toarray()
+    rows = permuted.row_perm if permuted.row_perm is not None else np.arange(96)
+    cols = permuted.col_perm if permuted.col_perm is not None else np.arange(160)
+    assert np.array_equal(a[np.ix_(rows, cols)], plain.csr.toarray())
+    assert permuted.sha256 != Matrix("a", permuted.csr).sha256
+
+
+@pytest.mark.parametrize(("rows", "cols"), LAYER_SHAPES)
+def test_layer_shapes_at_every_sparsity(rows, cols):
+    if rows * cols > 768 * 3072:  # 4096 x 4096 at 90% only keeps this fast
+        sparsities = (0.9,)
+    else:
+        sparsities = LAYER_SPARSITIES
+    for sparsity in sparsities:
+        k = kdiag_count(rows, cols, sparsity)
+        assert generate("kdiag", rows, cols, sparsity=sparsity).nnz == k * min(rows, cols)
+        block = generate("block", rows, cols, sparsity=sparsity, block=16)
+        assert abs(block.nnz / (rows * cols) - (1 - sparsity)) < 0.01
+        nm = generate("nm", rows, cols, sparsity=sparsity)
+        assert abs(nm.nnz / (rows * cols) - (1 - sparsity)) < 0.01
+
+
+def test_cli_synth_layer_shape_keeps_maps_in_npz(tmp_path):
+    from click.testing import CliRunner
+
+    from cognate.cli import main
+
+    out = tmp_path / "layer.npz"
+    args = ["data", "synth", "kdiag", "--shape", "768x3072", "--sparsity", "0.95"]
+    result = CliRunner().invoke(main, [*args, "--permute", "both", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "index maps saved" in result.output
+    loaded = load_matrix(out)
+    expected = generate("kdiag", 768, 3072, sparsity=0.95, permute="both")
+    assert np.array_equal(loaded.row_perm, expected.row_perm)
+    assert loaded.sha256 == expected.sha256
+    bad = CliRunner().invoke(main, [*args, "--rows", "5", "-o", str(out)])
+    assert bad.exit_code != 0 and "not both" in str(bad.exception)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cognate.errors import CognateError
 from cognate.io import (
     check_output_path,
     expand_matrix_paths,
@@ -17,8 +19,9 @@ from cognate.io import (
     matrix_stats,
     save_matrix,
 )
-from cognate.synth import KINDS, PERMUTE_CHOICES, generate
+from cognate.synth import KINDS, LAYER_SHAPES, PERMUTE_CHOICES, generate
 
+_LAYER_SHAPES = ", ".join(f"{m}x{n}" for m, n in LAYER_SHAPES)
 _COLUMNS: tuple[tuple[str, str], ...] = (
     ("name", "name"),
     ("rows", "rows"),
@@ -76,8 +79,13 @@ def _cell(value: Any) -> str:
 
 @click.command("synth")
 @click.argument("kind", type=click.Choice(KINDS))
-@click.option("--rows", type=click.IntRange(min=1), required=True, help="Number of rows (M).")
-@click.option("--cols", type=click.IntRange(min=1), required=True, help="Number of columns (N).")
+@click.option("--rows", type=click.IntRange(min=1), help="Number of rows (M).")
+@click.option("--cols", type=click.IntRange(min=1), help="Number of columns (N).")
+@click.option(
+    "--shape",
+    metavar="MxN",
+    help=f"Rows x columns instead of --rows/--cols; NN layer shapes: {_LAYER_SHAPES}.",
+)
 @click.option("--density", type=float, help="Fraction of entries kept, in (0, 1].")
 @click.option("--sparsity", type=float, help="Fraction of entries dropped, in [0, 1).")
 @click.option("--nnz", type=click.IntRange(min=1), help="Number of entries.")
@@ -98,9 +106,29 @@ def synth(kind: str, output: Path, **args: Any) -> None:
     """Generate a synthetic KIND matrix (deterministic per seed) and write it to OUTPUT."""
     renamed = {"nm_n": "n", "nm_m": "m", "rmat_a": "a", "rmat_b": "b", "rmat_c": "c", "rmat_d": "d"}
     options = {renamed.get(k, k): v for k, v in args.items() if v is not None}
-    rows, cols = options.pop("rows"), options.pop("cols")
+    rows, cols = _shape(
+        options.pop("rows", None), options.pop("cols", None), options.pop("shape", None)
+    )
     check_output_path(output)  # before generating: a big matrix should not be made in vain
     matrix = generate(kind, rows, cols, **options)
     save_matrix(matrix, output)
     density = matrix.nnz / (rows * cols)
-    click.echo(f"wrote {output}: {kind} {rows} x {cols}, nnz {matrix.nnz} (density {density:.4g})")
+    line = f"wrote {output}: {kind} {rows} x {cols}, nnz {matrix.nnz} (density {density:.4g})"
+    if matrix.permuted:
+        kept = output.name.lower().endswith(".npz")
+        line += ", index maps " + ("saved" if kept else "dropped (only .npz keeps them)")
+    click.echo(line)
+
+
+def _shape(rows: int | None, cols: int | None, shape: str | None) -> tuple[int, int]:
+    """(rows, cols) from --rows/--cols or --shape MxN (exactly one of the two ways)."""
+    if shape is None:
+        if rows is None or cols is None:
+            raise CognateError("give --rows and --cols, or --shape MxN")
+        return rows, cols
+    if rows is not None or cols is not None:
+        raise CognateError("give --shape or --rows/--cols, not both")
+    match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", shape)
+    if not match or min(int(match[1]), int(match[2])) < 1:
+        raise CognateError(f"--shape must look like 768x3072 (positive M x N), got {shape!r}")
+    return int(match[1]), int(match[2])

@@ -1,0 +1,309 @@
+"""Benchmark structured-sparse NN layers (issue 10): tuned schedule vs MKL CSR vs dense matmul.
+
+Workloads (cognate.synth, DESIGN section 10): k-diagonal, block and N:M masks of the layer
+shapes 768x768, 768x3072, 3072x768, 4096x4096, and the k-diagonal ones with random row and
+column permutations (carried as index maps). For each matrix and B width, in ONE process:
+dense ``torch.mm`` on the dense weight, MKL CSR (``sparse_dot_mkl``), the cpu space's
+baseline config and the tuned schedule, all on ``--threads`` threads (torch, MKL and OpenMP
+set alike before they load). Each result is checked against a float64 scipy reference before
+it is timed; timings are medians of interleaved rounds (the machine is shared and noisy).
+
+The tuned schedule comes from ``cognate.tune(matrix, target="cpu", op="spmm", width=W,
+top_k=5, verify=True)``. If no model fits the current cpu space (a space change needs a
+retrained model), ``--search auto`` falls back to the fastest of ``--sample`` seeded configs
+measured by the cpu runner, and the table says so ("sampled" instead of "model"). The timed
+call is the prepared kernel ``result.kernel`` wraps, without its per-call operand copy (MKL
+and torch write into preallocated outputs too).
+
+    python scripts/bench_structured.py                       # 4 shapes x {kdiag, block, nm} at 90%
+                                                             # + permuted kdiag at 90%
+    python scripts/bench_structured.py --shapes 768x768 --kinds kdiag --widths 128
+    python scripts/bench_structured.py --full                # every sparsity 60..99%
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+def _early_threads() -> int:
+    """--threads N must reach OpenMP, MKL and torch before they load (environment variables)."""
+    threads = 2
+    if "--threads" in sys.argv[:-1]:
+        threads = int(sys.argv[sys.argv.index("--threads") + 1])
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[var] = str(threads)
+    return threads
+
+
+THREADS = _early_threads()
+# sparse_dot_mkl finds MKL through MKL_RT; the pip `mkl` package puts it in the venv's lib.
+if "MKL_RT" not in os.environ:
+    found = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
+    if found:
+        os.environ["MKL_RT"] = found[-1]
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from cognate.config import Config  # noqa: E402
+from cognate.errors import CognateError  # noqa: E402
+from cognate.matrix import Matrix  # noqa: E402
+from cognate.synth import LAYER_SHAPES, LAYER_SPARSITIES, STRUCTURED_KINDS, generate  # noqa: E402
+from cognate.targets.cpu.kernel import dense_operands, mismatch, reference  # noqa: E402
+from cognate.targets.cpu.runner import CpuRunner, prepare_kernel  # noqa: E402
+from cognate.targets.cpu.space import make_space  # noqa: E402
+
+console = Console(width=220)
+warnings.filterwarnings("ignore", message="Sparse (invariant checks|CSR tensor support)")
+ROUND_BUDGET_S = 8.0  # per (matrix, width): fewer rounds for the slow ones, at least 3
+
+
+@dataclass(frozen=True)
+class Workload:
+    kind: str
+    rows: int
+    cols: int
+    sparsity: float
+    permuted: bool = False
+
+    @property
+    def label(self) -> str:
+        perm = " perm" if self.permuted else ""
+        return f"{self.kind} {self.rows}x{self.cols} {self.sparsity:.0%}{perm}"
+
+    def unpermuted(self) -> Workload:
+        return Workload(self.kind, self.rows, self.cols, self.sparsity)
+
+
+@dataclass
+class Row:
+    workload: Workload
+    nnz: int
+    width: int
+    times: dict[str, float]
+    config: dict
+    search: str
+    rounds: int
+    notes: list[str] = field(default_factory=list)
+
+
+def make_matrix(workload: Workload, block: int) -> Matrix:
+    options = {"block": block} if workload.kind == "block" else {}
+    return generate(
+        workload.kind,
+        workload.rows,
+        workload.cols,
+        sparsity=workload.sparsity,
+        seed=0,
+        permute="both" if workload.permuted else None,
+        **options,
+    )
+
+
+def time_rounds(impls: dict[str, Callable[[], object]], rounds: int) -> tuple[dict, int]:
+    """Median seconds per call, each round calling every implementation once (interleaved);
+    the round count shrinks so one (matrix, width) stays near ROUND_BUDGET_S."""
+    start = time.perf_counter()
+    for fn in impls.values():  # warm-up: caches, page faults, lazy initialisation
+        fn()
+    one_round = time.perf_counter() - start
+    rounds = max(3, min(rounds, int(ROUND_BUDGET_S / max(one_round, 1e-9))))
+    samples: dict[str, list[float]] = {name: [] for name in impls}
+    for _ in range(rounds):
+        for name, fn in impls.items():
+            begin = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - begin)
+    return {name: statistics.median(values) for name, values in samples.items()}, rounds
+
+
+class Searcher:
+    """The tuned config for (matrix, width): the cost model, or sampling when it cannot load."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.model_problem: str | None = None if args.search != "sample" else "--search sample"
+
+    def best(self, matrix: Matrix, width: int, b: np.ndarray) -> tuple[Config, str]:
+        if self.model_problem is None:
+            import cognate
+
+            try:
+                result = cognate.tune(
+                    matrix,
+                    target="cpu",
+                    op="spmm",
+                    width=width,
+                    top_k=self.args.top_k,
+                    verify=True,
+                    model=self.args.model,
+                )
+                return result.config, "model"
+            except CognateError as exc:
+                if self.args.search == "model":
+                    raise
+                self.model_problem = str(exc)
+                console.print(f"[yellow]no usable model ({exc}); sampling configs instead")
+        return self._sampled(matrix, width, b), f"sampled {self.args.sample}"
+
+    def _sampled(self, matrix: Matrix, width: int, b: np.ndarray) -> Config:
+        """The fastest of ``--sample`` seeded configs: the runner's top 3 re-timed here."""
+        space = make_space("spmm")
+        configs = space.sample(self.args.sample, seed=self.args.seed, shape=matrix.shape)
+        runner = CpuRunner(repeats=3, warmup=1, timeout_s=5.0, min_sample_s=2e-4)
+        try:
+            measured = runner.measure(matrix, "spmm", width, configs)
+        finally:
+            runner.close()
+        ok = sorted((m for m in measured if m.status == "ok"), key=lambda m: m.runtime_s)
+        if not ok:
+            return space.baseline(matrix.shape)
+        calls = {str(i): prepare_kernel(matrix, "spmm", m.config, b) for i, m in enumerate(ok[:3])}
+        times, _ = time_rounds(calls, 5)
+        return ok[int(min(times, key=times.get))].config
+
+
+def bench(matrix: Matrix, workload: Workload, width: int, searcher: Searcher, args) -> Row:
+    from sparse_dot_mkl import dot_product_mkl
+
+    csr = matrix.csr
+    (b,) = dense_operands("spmm", matrix.shape, width, seed=0)
+    ref, tol = reference(csr, "spmm", (b,))
+    space = make_space("spmm")
+    baseline = prepare_kernel(matrix, "spmm", space.baseline(matrix.shape), b)
+    config, search = searcher.best(matrix, width, b)
+    tuned = prepare_kernel(matrix, "spmm", config, b)
+    dense_w, dense_b = torch.from_numpy(csr.toarray()), torch.from_numpy(b)
+    dense_out = torch.empty((csr.shape[0], width), dtype=torch.float32)
+    mkl_out = np.zeros((csr.shape[0], width), dtype=np.float32)  # preallocated, as ours is
+    impls: dict[str, Callable[[], object]] = {
+        "dense": lambda: torch.mm(dense_w, dense_b, out=dense_out),
+        "mkl": lambda: dot_product_mkl(csr, b, out=mkl_out),
+        "base": baseline,
+        "tuned": tuned,
+    }
+    for name, fn in impls.items():  # every result checked before a timing counts
+        mkl_out[:] = 0  # with out=, MKL accumulates (C += A @ B): timed calls do the same work
+        fn()
+        result = {"dense": dense_out.numpy(), "mkl": mkl_out}.get(name)
+        result = result if result is not None else fn.result()
+        problem = mismatch(result, ref, tol)
+        if problem is not None:
+            raise SystemExit(f"{workload.label} N={width}: {name}: {problem}")
+    times, rounds = time_rounds(impls, args.rounds)
+    return Row(workload, matrix.nnz, width, times, dict(config.knobs), search, rounds)
+
+
+def workloads(args: argparse.Namespace) -> list[Workload]:
+    sparsities = LAYER_SPARSITIES if args.full else args.sparsities
+    out = [
+        Workload(kind, rows, cols, sparsity)
+        for rows, cols in args.shapes
+        for sparsity in sparsities
+        for kind in args.kinds
+    ]
+    out += [
+        Workload(kind, rows, cols, sparsity, permuted=True)
+        for rows, cols in args.shapes
+        for sparsity in sparsities
+        for kind in args.permuted_kinds
+    ]
+    return out
+
+
+def config_text(config: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+def table(rows: list[Row]) -> Table:
+    tuned_by_key = {(r.workload, r.width): r.times["tuned"] for r in rows}
+    out = Table(title=f"SpMM on structured layers, {THREADS} threads, medians (ms)")
+    for name in ("workload", "nnz", "N", "dense", "MKL", "base", "tuned"):
+        out.add_column(name, justify="left" if name == "workload" else "right")
+    for name in ("tuned vs MKL", "tuned vs dense", "base vs MKL", "perm keeps"):
+        out.add_column(name, justify="right")
+    out.add_column("search")
+    out.add_column("tuned config")
+    for r in rows:
+        t = r.times
+        keep = ""
+        if r.workload.permuted and (r.workload.unpermuted(), r.width) in tuned_by_key:
+            keep = f"{tuned_by_key[(r.workload.unpermuted(), r.width)] / t['tuned']:.0%}"
+        out.add_row(
+            r.workload.label,
+            str(r.nnz),
+            str(r.width),
+            *(f"{t[k] * 1e3:.3f}" for k in ("dense", "mkl", "base", "tuned")),
+            f"{t['mkl'] / t['tuned']:.2f}x",
+            f"{t['dense'] / t['tuned']:.2f}x",
+            f"{t['mkl'] / t['base']:.2f}x",
+            keep,
+            r.search,
+            config_text(r.config),
+        )
+    return out
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    rows, _, cols = text.lower().partition("x")
+    try:
+        return int(rows), int(cols)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must look like 768x3072, got {text!r}") from None
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--shapes", type=parse_shape, nargs="+", default=list(LAYER_SHAPES))
+    parser.add_argument("--sparsities", type=float, nargs="+", default=[0.9])
+    parser.add_argument("--full", action="store_true", help="every sparsity of the issue")
+    parser.add_argument("--kinds", nargs="*", choices=STRUCTURED_KINDS, default=STRUCTURED_KINDS)
+    parser.add_argument("--permuted-kinds", nargs="*", choices=STRUCTURED_KINDS, default=["kdiag"])
+    parser.add_argument("--widths", type=int, nargs="+", default=[128, 512])
+    parser.add_argument("--block", type=int, default=16, help="block masks: block size")
+    parser.add_argument("--threads", type=int, default=2, help="threads for every library")
+    parser.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds (max)")
+    parser.add_argument("--top-k", type=int, default=5)
+    parser.add_argument("--model", help="cost model checkpoint (default: the shipped one)")
+    parser.add_argument("--search", choices=("auto", "model", "sample"), default="auto")
+    parser.add_argument("--sample", type=int, default=24, help="configs sampled without a model")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args(argv)
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(THREADS)
+    searcher = Searcher(args)
+    rows: list[Row] = []
+    for workload in workloads(args):
+        matrix = make_matrix(workload, args.block)
+        for width in args.widths:
+            row = bench(matrix, workload, width, searcher, args)
+            rows.append(row)
+            t = row.times
+            console.print(
+                f"{workload.label} N={width}: dense {t['dense'] * 1e3:.3f} mkl "
+                f"{t['mkl'] * 1e3:.3f} base {t['base'] * 1e3:.3f} tuned {t['tuned'] * 1e3:.3f} ms"
+                f" ({row.rounds} rounds, {row.search}: {config_text(row.config)})"
+            )
+    console.print(table(rows))
+    if searcher.model_problem:
+        console.print(f"tuned = best sampled config, not the cost model: {searcher.model_problem}")
+
+
+if __name__ == "__main__":
+    main()
