@@ -18,7 +18,14 @@ from cognate.evaluate import harness
 from cognate.evaluate.harness import Candidate, Cell, select_candidate
 from cognate.evaluate.preset import load_experiment
 from cognate.evaluate.stats import bootstrap_ci, mean_of_geomeans, mean_of_ratio
-from cognate.model.train import read_metadata
+from cognate.model.train import _Embedder, read_metadata
+from cognate.transfer.finetune import (
+    EmbeddingCache,
+    FinetuneOptions,
+    featurizer_sha256,
+    finetune,
+    load_pretrained,
+)
 
 # --- bootstrap ------------------------------------------------------------------------------
 
@@ -174,6 +181,7 @@ def test_rerun_on_a_given_store_reuses_models_and_leaves_the_store_alone(quick_o
     assert result.exit_code == 0, result.output
     assert "snapshotting" in result.output and "reusing pretrained model" in result.output
     assert {p: p.stat().st_mtime_ns for p in (quick_out / "models").iterdir()} == models
+    assert "spmm: embeddings" in result.output and " 0 computed" in result.output
     assert store.read_bytes() == before
     assert "records.snapshot.db" in (quick_out / "report.md").read_text()
 
@@ -194,3 +202,112 @@ def test_bad_input_is_one_line(
     err = capsys.readouterr().err.strip()
     assert exit_info.value.code == 1
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+# --- the embedding cache: same numbers, keyed by the featurizer's weights ---------------------
+
+
+def _quick_data(quick_out: Path) -> tuple[harness.OpData, Path]:
+    data = harness.prepare_op(
+        quick_out / "records.collected.db", load_experiment("quick"), "spmm", lambda _: None
+    )
+    return data, next((quick_out / "models").glob("pretrained-spmm-*.safetensors"))
+
+
+def test_embedding_cache_is_exact_keyed_by_weights_and_persists(
+    quick_out: Path, tmp_path: Path
+) -> None:
+    data, pretrained = _quick_data(quick_out)
+    model, _ = load_pretrained(pretrained)
+    runs = data.runs[:4]
+    cache = EmbeddingCache(tmp_path)
+    got = cache.embeddings(model, runs)
+    fresh = _Embedder(model).all(runs)
+    assert all(torch.equal(got[k], fresh[k]) for k in fresh)
+    assert (cache.misses, cache.hits) == (4, 0)
+    cache.embeddings(model, runs[:2])
+    assert (cache.misses, cache.hits) == (4, 2)
+    reopened = EmbeddingCache(tmp_path)  # a rerun reads them from disk
+    again = reopened.embeddings(model, runs)
+    assert reopened.misses == 0 and all(torch.equal(again[k], fresh[k]) for k in fresh)
+    before = featurizer_sha256(model)
+    with torch.no_grad():
+        model.featurizer.weights[0].add_(0.5)
+    assert featurizer_sha256(model) != before
+    moved = reopened.embeddings(model, runs[:1])
+    assert reopened.misses == 1
+    assert not torch.equal(moved[runs[0].key], fresh[runs[0].key])
+
+
+@pytest.mark.parametrize("variant", ["TL", "NT", "zero-shot"])
+def test_finetune_with_the_cache_trains_the_same_model(quick_out: Path, variant: str) -> None:
+    data, pretrained = _quick_data(quick_out)
+    opts = FinetuneOptions(
+        matrices=3,
+        seed=1,
+        epochs=3,
+        patience=2,
+        from_scratch=variant == "NT",
+        zero_shot=variant == "zero-shot",
+    )
+    cache = EmbeddingCache()
+    plain = finetune(pretrained, data.runs, data.space, opts)
+    cached = finetune(pretrained, data.runs, data.space, opts, cache=cache)
+    assert cache.misses > 0
+    assert cached.metadata["metrics"] == plain.metadata["metrics"]
+    state, other = plain.model.state_dict(), cached.model.state_dict()
+    assert state.keys() == other.keys()
+    assert all(torch.equal(state[k], other[k]) for k in state)
+    again = finetune(pretrained, data.runs, data.space, opts, cache=cache)  # all hits
+    assert again.metadata["metrics"] == plain.metadata["metrics"]
+
+
+# --- the data minimum ------------------------------------------------------------------------
+
+
+def _preset_file(tmp_path: Path, **fields: object) -> Path:
+    import yaml
+
+    spec = yaml.safe_load(
+        (Path(__file__).parents[1] / "configs/experiments/quick.yaml").read_text()
+    )
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump({**spec, **fields}))
+    return path
+
+
+def test_a_store_below_the_minimum_is_refused_in_one_line(
+    quick_out: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    preset = _preset_file(tmp_path, min_matrices=100, min_configs=300, short_data="refuse")
+    db = quick_out / "records.collected.db"
+    with pytest.raises(SystemExit) as exit_info:
+        run(["evaluate", "--preset", str(preset), "--db", str(db), "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    errors = [line for line in err.splitlines() if "error" in line]  # after the snapshot line
+    assert exit_info.value.code == 1 and len(errors) == 1 and "Traceback" not in err, err
+    assert "too little data" in errors[0] and "have >= 300 measured configs" in errors[0]
+    assert "12 spade-spmm matrices; the preset needs 100" in err
+    assert not (tmp_path / "o" / "models").exists()  # refused before any training
+
+
+def test_a_store_below_the_minimum_warns_when_asked(quick_out: Path) -> None:
+    preset = load_experiment("quick").model_copy(
+        update={"min_matrices": 13, "short_data": "warn", "target_all_configs": True}
+    )
+    lines: list[str] = []
+    data = harness.prepare_op(quick_out / "records.collected.db", preset, "spmm", lines.append)
+    # the stand-in source (spade sddmm) has 12 matrices too; spade's space is complete
+    assert data.shortfalls == [
+        "12 spade sddmm (stand-in source: no cpu records) matrices have >= 1 measured configs "
+        "(of 12); the preset needs 13",
+        "12 spade-spmm matrices; the preset needs 13",
+    ]
+    assert sum("below the preset's data minimum" in line for line in lines) == 2
+    complete = preset.model_copy(update={"min_matrices": 4})
+    assert (
+        harness.prepare_op(
+            quick_out / "records.collected.db", complete, "spmm", lines.append
+        ).shortfalls
+        == []
+    )

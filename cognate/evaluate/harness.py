@@ -8,7 +8,9 @@ candidate with the best validation metric, and only that one is scored on test, 
 matrix. finetune() also computes test metrics internally; the harness drops them unread.
 
 Trained models are cached in ``<out>/models`` under a hash of everything they depend on
-(the records, the source model, the options), so a rerun retrains only what changed.
+(the records, the source model, the options, the space versions), so a rerun retrains only
+what changed. A frozen featurizer's embeddings are cached per (featurizer weights, matrix)
+in ``<out>/embeddings`` (``EmbeddingCache``): embedding was most of a fine-tune's time.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from cognate.space import Space
 from cognate.targets import get_target
 from cognate.transfer.autoencoder import transfer_settings
 from cognate.transfer.finetune import (
+    EmbeddingCache,
     FinetuneOptions,
     finetune,
     load_transfer_model,
@@ -129,6 +132,7 @@ class OpData:
     source_name: str
     source_space: Space
     source_runs: list[MatrixRuns]
+    shortfalls: list[str] = field(default_factory=list)  # below the preset's data minimum
 
     def names(self, keys: Sequence[str]) -> list[str]:
         by_key = {r.key: r.matrix.name for r in self.runs}
@@ -147,11 +151,65 @@ def prepare_op(db: Path, preset: ExperimentPreset, op: str, log: Log) -> OpData:
         [r.key for r in runs], preset.val_fraction, preset.test_fraction, preset.split_seed
     )
     name, src_space, src_runs = _source(db, preset, op, log)
+    short = shortfalls(
+        preset, space, measured_configs(db, space), name, measured_configs(db, src_space)
+    )
+    if short and preset.short_data == "refuse":
+        raise CognateError(
+            f"preset {preset.name}: too little data in {db}: {'; '.join(short)} "
+            "(a preset with `short_data: warn` runs anyway)"
+        )
+    for line in short:
+        log(f"[yellow]warning:[/] below the preset's data minimum: {line}")
     held_out = set(val_keys) | set(test_keys)
     src_runs = [r for r in src_runs if r.key not in held_out]  # no test leak via the source
     if len({r.key for r in src_runs}) < 2:
         raise CognateError(f"{op}: fewer than 2 source matrices outside the target's held-out ones")
-    return OpData(op, space, runs, train_keys, val_keys, test_keys, name, src_space, src_runs)
+    return OpData(
+        op, space, runs, train_keys, val_keys, test_keys, name, src_space, src_runs, short
+    )
+
+
+def measured_configs(db: Path, space: Space) -> dict[str, set[str]]:
+    """Per matrix (sha256): the configs of ``space`` (versions it accepts) measured with any
+    status (a config too large for a matrix was measured: it cannot run there)."""
+    from cognate.store import Store
+
+    with Store(db) as store:
+        frame = store.frame(target=space.target, op=space.op)
+    frame = frame[frame["space_version"].map(space.accepts_version)]  # as load_runs
+    return {k: set(g) for k, g in frame.groupby("matrix_sha256")["config_hash"]}
+
+
+def shortfalls(
+    preset: ExperimentPreset,
+    space: Space,
+    target: dict[str, set[str]],
+    source_name: str,
+    source: dict[str, set[str]],
+) -> list[str]:
+    """How the store falls short of the preset's minimum, one line each: >= min_matrices
+    source matrices with >= min_configs measured configs each, >= min_matrices target
+    matrices, and (target_all_configs) every config of the space on every target matrix."""
+    out = []
+    enough = sum(len(configs) >= preset.min_configs for configs in source.values())
+    if enough < preset.min_matrices:
+        out.append(
+            f"{enough} {source_name} matrices have >= {preset.min_configs} measured configs "
+            f"(of {len(source)}); the preset needs {preset.min_matrices}"
+        )
+    if len(target) < preset.min_matrices:
+        out.append(f"{len(target)} {space.name} matrices; the preset needs {preset.min_matrices}")
+    all_configs = getattr(space, "all_configs", None)  # only an enumerable space
+    if preset.target_all_configs and all_configs is not None:
+        every = {c.hash for c in all_configs()}
+        partial = sum(not every <= configs for configs in target.values())
+        if partial:
+            out.append(
+                f"{partial} of {len(target)} {space.name} matrices lack measurements of some "
+                f"of the space's {len(every)} configs"
+            )
+    return out
 
 
 def _source(db: Path, preset: ExperimentPreset, op: str, log: Log) -> tuple[str, Space, list]:
@@ -183,7 +241,14 @@ def model_preset(preset: ExperimentPreset) -> ModelPreset:
 def pretrained_model(data: OpData, preset: ExperimentPreset, models: Path, log: Log) -> Path:
     """The source model for ``data.op``, trained once per input (records, preset)."""
     spec = model_preset(preset)
-    key = _hash("pretrain", runs_digest(data.source_runs), spec.model_dump(), data.source_name)
+    # the space's version too: a model of an older space version no longer loads
+    key = _hash(
+        "pretrain",
+        runs_digest(data.source_runs),
+        spec.model_dump(),
+        data.source_name,
+        data.source_space.version,
+    )
     path = models / f"pretrained-{data.op}-{key}.safetensors"
     if path.is_file():
         log(f"{data.op}: reusing pretrained model {path.name}")
@@ -220,14 +285,19 @@ def select_candidate(candidates: Sequence[Candidate], metric: str) -> Candidate:
 
 
 def _finetuned(
-    data: OpData, pretrained: Path, opts: FinetuneOptions, models: Path, digest: str
+    data: OpData,
+    pretrained: Path,
+    opts: FinetuneOptions,
+    models: Path,
+    digest: str,
+    cache: EmbeddingCache | None,
 ) -> Candidate:
-    key = _hash("finetune", pretrained.name, digest, asdict(opts))
+    key = _hash("finetune", pretrained.name, digest, asdict(opts), data.space.version)
     path, meta_path = models / f"{key}.safetensors", models / f"{key}.json"
     if path.is_file() and meta_path.is_file():
         saved = json.loads(meta_path.read_text())
         return Candidate(**saved, path=path)
-    out = finetune(pretrained, data.runs, data.space, opts)
+    out = finetune(pretrained, data.runs, data.space, opts, cache=cache)
     out.metadata["metrics"].pop("test", None)  # selection must never see test numbers
     save_checkpoint(path, out.model, out.metadata)
     record = {
@@ -242,10 +312,14 @@ def _finetuned(
 
 
 @torch.no_grad()
-def score_test(path: Path, space: Space, runs: Sequence[MatrixRuns]) -> dict[str, dict[str, float]]:
+def score_test(
+    path: Path, space: Space, runs: Sequence[MatrixRuns], cache: EmbeddingCache | None = None
+) -> dict[str, dict[str, float]]:
     """Per test matrix: speedup over the baseline config of top-1, best of top-5, oracle."""
-    model, encoder, _ = load_transfer_model(path, space)
-    embeddings = _Embedder(model).all(runs)  # the backend training used
+    model, encoder, meta = load_transfer_model(path, space)
+    frozen = meta["transfer"]["options"]["freeze_featurizer"]
+    # the backend training used; a frozen featurizer's embeddings may come from the cache
+    embeddings = (cache.embeddings if cache and frozen else _embed_all)(model, runs)
     scores = {}
     for run in runs:
         features = encoder.encode(run.configs, run.matrix.shape, run.width)
@@ -259,6 +333,10 @@ def score_test(path: Path, space: Space, runs: Sequence[MatrixRuns]) -> dict[str
             "oracle": float(base / run.runtimes.min()),
         }
     return scores
+
+
+def _embed_all(model: Any, runs: Sequence[MatrixRuns]) -> dict[str, torch.Tensor]:
+    return _Embedder(model).all(runs)
 
 
 def random_pick(runs: Sequence[MatrixRuns]) -> dict[str, float]:
@@ -316,18 +394,25 @@ def _options(preset: ExperimentPreset, cell: Cell) -> list[FinetuneOptions]:
 
 
 def run_cell(
-    data: OpData, preset: ExperimentPreset, cell: Cell, pretrained: Path, models: Path, digest: str
+    data: OpData,
+    preset: ExperimentPreset,
+    cell: Cell,
+    pretrained: Path,
+    models: Path,
+    digest: str,
+    cache: EmbeddingCache | None = None,
 ) -> dict[str, Any]:
-    """Fine-tune every candidate, select on validation, score the chosen one on test once."""
+    """Fine-tune every candidate, select on validation, score the chosen one on test once.
+    ``cache`` shares frozen-featurizer embeddings between fine-tunes (same numbers)."""
     candidates = [
-        _finetuned(data, pretrained, opts, models, digest) for opts in _options(preset, cell)
+        _finetuned(data, pretrained, opts, models, digest, cache) for opts in _options(preset, cell)
     ]
     chosen = select_candidate(candidates, preset.select.metric)
     test_path = models / f"{chosen.key}.test.json"
     if test_path.is_file():
         test = json.loads(test_path.read_text())
     else:
-        test = score_test(chosen.path, data.space, data.test_runs())
+        test = score_test(chosen.path, data.space, data.test_runs(), cache)
         test_path.write_text(json.dumps(test, indent=1))
     return {
         "variant": cell.variant,

@@ -58,6 +58,13 @@ class ExperimentPreset(_Strict):
     select: SelectSpec = SelectSpec()
     bootstrap: int = Field(2000, ge=100)
     collect: CollectSpec | None = None
+    # The data the protocol needs (issue 8): >= min_matrices source matrices with >=
+    # min_configs measured configs each, >= min_matrices target matrices, and (when
+    # target_all_configs) every target matrix measured on every config of the space.
+    min_matrices: int = Field(4, ge=4)
+    min_configs: int = Field(1, ge=1)
+    target_all_configs: bool = False
+    short_data: Literal["refuse", "warn"] = "refuse"
 
     def model_post_init(self, _: Any) -> None:
         unknown = set(self.ablations) - set(ABLATIONS)

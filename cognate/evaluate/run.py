@@ -8,11 +8,22 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
 from cognate.errors import CognateError
 from cognate.evaluate import harness, report
 from cognate.evaluate.harness import TL, Log, OpData
 from cognate.evaluate.preset import ExperimentPreset
 from cognate.paths import shared_dir
+from cognate.transfer.finetune import EmbeddingCache
 
 
 def resolve_db(preset: ExperimentPreset, db: Path | None, out: Path, log: Log) -> Path:
@@ -51,22 +62,42 @@ def git_revision() -> str:
     return f"{rev}{' (with uncommitted changes)' if dirty else ''}"
 
 
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+
+
 def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> dict[str, Any]:
     models = out / "models"
     models.mkdir(parents=True, exist_ok=True)
     pretrained = harness.pretrained_model(data, preset, models, log)
     digest = harness.runs_digest(data.runs)
+    # frozen-featurizer embeddings, shared by every fine-tune and kept for a rerun
+    cache = EmbeddingCache(out / "embeddings")
     todo = harness.cells(preset, len(data.train))
     results = []
-    for i, cell in enumerate(todo, start=1):
-        started = time.time()
-        result = harness.run_cell(data, preset, cell, pretrained, models, digest)
-        results.append(result)
-        val = result["chosen"]["validation"][preset.select.metric]
-        log(
-            f"{data.op} [{i}/{len(todo)}] {cell.variant} K={cell.k} seed {cell.seed}: "
-            f"validation {preset.select.metric} {val:.3f} ({time.time() - started:.0f}s)"
-        )
+    with _progress() as progress:
+        task = progress.add_task(data.op, total=len(todo))
+        for i, cell in enumerate(todo, start=1):
+            name = f"{data.op} {cell.variant} K={cell.k} seed {cell.seed}"
+            progress.update(task, description=name)
+            started = time.time()
+            result = harness.run_cell(data, preset, cell, pretrained, models, digest, cache)
+            results.append(result)
+            progress.advance(task)
+            val = result["chosen"]["validation"][preset.select.metric]
+            log(
+                f"{data.op} [{i}/{len(todo)}] {cell.variant} K={cell.k} seed {cell.seed}: "
+                f"validation {preset.select.metric} {val:.3f} ({time.time() - started:.1f}s)"
+            )
+    log(f"{data.op}: embeddings {cache.hits} reused, {cache.misses} computed")
     floor = harness.random_pick(data.test_runs())
     return {
         "source": data.source_name,
@@ -78,6 +109,7 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
             "test": data.names(data.test),
         },
         "source_matrices": sorted({r.matrix.name for r in data.source_runs}),
+        "shortfalls": data.shortfalls,
         "pretrained": pretrained.name,
         "cells": results,
         "random_pick": floor,
@@ -87,6 +119,7 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
 
 def _sizes(data: OpData) -> dict[str, Any]:
     counts = [len(r.configs) for r in data.runs]
+    source_counts = [len(r.configs) for r in data.source_runs]
     return {
         "target_matrices": len({r.key for r in data.runs}),
         "target_records": sum(len(r.configs) for r in data.runs),
@@ -96,6 +129,7 @@ def _sizes(data: OpData) -> dict[str, Any]:
         "test": len(data.test),
         "source_matrices": len({r.key for r in data.source_runs}),
         "source_records": sum(len(r.configs) for r in data.source_runs),
+        "source_configs_per_matrix": [min(source_counts), max(source_counts)],
     }
 
 
@@ -106,10 +140,9 @@ def run_evaluation(
     started = time.time()
     out.mkdir(parents=True, exist_ok=True)
     records = resolve_db(preset, db, out, log)
-    ops = {}
-    for op in preset.ops:
-        data = harness.prepare_op(records, preset, op, log)
-        ops[op] = evaluate_op(data, preset, out, log)
+    # every op's data first: a store short of the preset's minimum is refused before any work
+    prepared = {op: harness.prepare_op(records, preset, op, log) for op in preset.ops}
+    ops = {op: evaluate_op(data, preset, out, log) for op, data in prepared.items()}
     results = {
         "preset": preset.model_dump(),
         "command": command,
@@ -164,8 +197,11 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
             f"Data: {d['target_matrices']} target matrices ({d['target_records']} ok records, "
             f"{d['configs_per_matrix'][0]}..{d['configs_per_matrix'][1]} configs per matrix): "
             f"train {d['train']}, validation {d['validation']}, test {d['test']}. Source: "
-            f"{res['source']}, {d['source_matrices']} matrices ({d['source_records']} records).",
+            f"{res['source']}, {d['source_matrices']} matrices outside the target's validation "
+            f"and test splits ({d['source_records']} records, "
+            f"{_span(d.get('source_configs_per_matrix'))} configs per matrix).",
             "",
+            *[f"**Below the preset's data minimum**: {line}.\n" for line in res["shortfalls"]],
             "### Answers",
             "",
             *[f"- {line}" for line in report.answers(rows, k)],
@@ -184,6 +220,10 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _span(pair: list[int] | None) -> str:
+    return f"{pair[0]}..{pair[1]}" if pair else "?"
 
 
 def _plots(rows: list[dict[str, Any]], k: int, op: str, out: Path) -> list[Path]:

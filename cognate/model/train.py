@@ -267,7 +267,10 @@ def _fit(
     val_runs: Sequence[MatrixRuns],
     seed: int,
     progress: ProgressFn | None,
+    frozen_embeddings: Callable[[Sequence[MatrixRuns]], dict[str, torch.Tensor]] | None = None,
 ) -> list[dict[str, float]]:
+    """``frozen_embeddings`` (runs -> {key: embedding}) may stand in for the embedder while
+    the featurizer is frozen (fine-tuning reuses one cache across many runs)."""
     spec = model.preset.train
     trainable = model.preset.featurizer.trainable
     model.featurizer.requires_grad_(trainable)
@@ -276,8 +279,9 @@ def _fit(
     rng = np.random.default_rng(seed)
     embedder = _Embedder(model)
     # A frozen featurizer gives the same embedding every step: compute each once.
-    train_cache = {} if trainable else embedder.all(train_runs)
-    val_cache = embedder.all(val_runs)
+    frozen = embedder.all if trainable or frozen_embeddings is None else frozen_embeddings
+    train_cache = {} if trainable else frozen(train_runs)
+    val_cache = frozen(val_runs)
 
     history = [{"epoch": 0, **evaluate(model, val_runs, val_cache)}]
     if progress:

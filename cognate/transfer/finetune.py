@@ -22,13 +22,17 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Sequence
+import json
+import os
+import tempfile
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from safetensors.torch import load_file, save_file
 
 from cognate.errors import CognateError
 from cognate.model.encoding import ConcatEncoder, make_encoder
@@ -135,6 +139,65 @@ def pick_matrices(train_keys: Sequence[str], k: int, seed: int) -> list[str]:
     return sorted(train_keys[int(i)] for i in chosen)
 
 
+class EmbeddingCache:
+    """Matrix embeddings of frozen featurizers, keyed by (featurizer weights, matrix).
+
+    Why: with a frozen featurizer an embedding depends only on the featurizer's weights and
+    the matrix, yet every fine-tune embeds its validation and test matrices again, and an
+    evaluation runs hundreds of fine-tunes over a few featurizers (the pretrained one, one
+    random initialisation per seed for target-only). Embedding is most of a fine-tune's time.
+    Kept in memory, and in ``directory`` (one safetensors file per featurizer) when given.
+    Entries are computed exactly as training computes them (``_Embedder``), so a hit is
+    bit-identical to a recomputation.
+    """
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = directory
+        self._by_weights: dict[str, dict[str, torch.Tensor]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def embeddings(self, model: CostModel, runs: Sequence[MatrixRuns]) -> dict[str, torch.Tensor]:
+        """{run key: embedding} of ``runs`` under ``model``'s featurizer as it is now."""
+        weights = featurizer_sha256(model)
+        known = self._known(weights)
+        missing = [r for r in runs if r.key not in known]
+        if missing:
+            known.update(_Embedder(model).all(missing))
+            self._save(weights, known)
+        self.misses += len({r.key for r in missing})
+        self.hits += len({r.key for r in runs}) - len({r.key for r in missing})
+        return {r.key: known[r.key] for r in runs}
+
+    def _known(self, weights: str) -> dict[str, torch.Tensor]:
+        if weights not in self._by_weights:
+            path = self._path(weights)
+            self._by_weights[weights] = load_file(path) if path and path.is_file() else {}
+        return self._by_weights[weights]
+
+    def _path(self, weights: str) -> Path | None:
+        return self.directory / f"{weights}.safetensors" if self.directory else None
+
+    def _save(self, weights: str, known: dict[str, torch.Tensor]) -> None:
+        path = self._path(weights)
+        if path is None:
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # atomic: a killed run
+        os.close(fd)  # leaves the old file or the new one, never half of one
+        save_file({k: v.contiguous() for k, v in known.items()}, tmp)
+        os.replace(tmp, path)
+
+
+def featurizer_sha256(model: CostModel) -> str:
+    """Hash of the featurizer's architecture and current weights (16 hex)."""
+    h = hashlib.sha256(json.dumps(model.preset.featurizer.model_dump(), sort_keys=True).encode())
+    for name, tensor in sorted(model.featurizer.state_dict().items()):
+        h.update(name.encode())
+        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def _first_layer(model: CostModel) -> torch.nn.Linear:
     return model.predictor[0]
 
@@ -226,6 +289,7 @@ def _fit_best(
     data: _TargetData,
     opts: FinetuneOptions,
     progress: ProgressFn | None,
+    cache: EmbeddingCache | None = None,
 ) -> tuple[CostModel, dict[str, Any], list[dict[str, float]], dict[str, float]]:
     """Build the target model, carry the source's weights over, fine-tune, keep the best
     validation epoch. Returns (model, copied, history, best)."""
@@ -237,11 +301,12 @@ def _fit_best(
     if not opts.from_scratch:
         copied = _transfer_weights(source, model, opts.mapper != "none")
     start = copy.deepcopy(model.state_dict())
+    embed = _frozen_embeddings(model, opts, cache)
     if opts.zero_shot:
         model.eval()
-        history = [{"epoch": 0, **evaluate(model, data.val, _Embedder(model).all(data.val))}]
+        history = [{"epoch": 0, **evaluate(model, data.val, embed(data.val))}]
     else:
-        history = _fit(model, data.fit, data.val, opts.seed, progress)
+        history = _fit(model, data.fit, data.val, opts.seed, progress, embed)
     # _fit keeps its best epoch >= 1; a transferred model may also stop at epoch 0 (no
     # step taken) when no fine-tuning epoch beats the pretrained model on validation.
     may_stop_at_0 = opts.zero_shot or not opts.from_scratch
@@ -253,23 +318,38 @@ def _fit_best(
     return model, copied, history, best
 
 
+Embeddings = Callable[[Sequence[MatrixRuns]], dict[str, torch.Tensor]]
+
+
+def _frozen_embeddings(
+    model: CostModel, opts: FinetuneOptions, cache: EmbeddingCache | None
+) -> Embeddings:
+    """runs -> {key: embedding}: from ``cache`` while the featurizer stays frozen, else
+    computed (the torch backend, as in training: MinkowskiEngine's threads crawl on shared
+    cores)."""
+    if cache is not None and opts.freeze_featurizer:
+        return lambda runs: cache.embeddings(model, runs)
+    return lambda runs: _Embedder(model).all(runs)
+
+
 def finetune(
     pretrained: Path,
     runs: Sequence[MatrixRuns],
     space: Space,
     options: FinetuneOptions,
     progress: ProgressFn | None = None,
+    cache: EmbeddingCache | None = None,
 ) -> FinetuneResult:
     """Adapt the model at ``pretrained`` to ``space`` with ``runs`` (the target's records).
 
     The returned model carries its autoencoder (when the latent is ``ae``) as submodule
-    ``ae``, so the checkpoint ``save_checkpoint`` writes of it is self-contained."""
+    ``ae``, so the checkpoint ``save_checkpoint`` writes of it is self-contained. ``cache``
+    reuses embeddings across calls while the featurizer is frozen (same numbers)."""
     opts = options.resolved()
     source, source_meta = load_pretrained(pretrained)
     data = _prepare(runs, space, opts)
-    model, copied, history, best = _fit_best(source, data, opts, progress)
-    # the torch backend, as in training (MinkowskiEngine's threads crawl on shared cores)
-    test_metrics = evaluate(model, data.test, _Embedder(model).all(data.test))
+    model, copied, history, best = _fit_best(source, data, opts, progress, cache)
+    test_metrics = evaluate(model, data.test, _frozen_embeddings(model, opts, cache)(data.test))
     transfer = {
         "options": asdict(opts),
         "copied": copied,
@@ -386,8 +466,10 @@ def _check_autoencoder(path: str | Path, transfer: dict[str, Any], encoder: Conc
 
 
 __all__ = [
+    "EmbeddingCache",
     "FinetuneOptions",
     "FinetuneResult",
+    "featurizer_sha256",
     "finetune",
     "load_pretrained",
     "load_transfer_model",
