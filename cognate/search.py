@@ -158,9 +158,16 @@ def candidate_set(space: Space, shape: tuple[int, int], n: int, seed: int) -> li
     """The space's search candidates plus its baseline, distinct, in a deterministic order."""
     configs = space.candidates(n, seed, shape)
     baseline = space.baseline(shape)
-    if baseline not in set(configs):
+    if not any(_same(c, baseline) for c in configs):
         configs = [*configs, baseline]
     return configs
+
+
+def _same(a: Config, b: Config) -> bool:
+    """``a == b``, cheaply: Config equality hashes its canonical JSON (sha256), so a plain
+    scan of 20k candidates cost ~0.3 s; equal configs have equal knob dicts, so comparing
+    those first skips the hashing for all but the matches."""
+    return a.knobs == b.knobs and a == b
 
 
 def score_configs(
@@ -230,7 +237,7 @@ def runnable_top(
         if len(top) == k:
             break
         try:
-            pack(matrix.csr, op, candidate.config.knobs, width=width)
+            pack(matrix, op, candidate.config.knobs, width=width)
         except TooLarge:
             skipped += 1
             continue
@@ -499,7 +506,7 @@ def tune_matrix(
     loaded = load_model(resolve_model_path(model, target, op), space)
     ranked, timings = rank(loaded, space, matrix, width, n_candidates, seed)
     baseline_config = space.baseline(matrix.shape)
-    baseline = next(c for c in ranked if c.config == baseline_config)
+    baseline = next(c for c in ranked if _same(c.config, baseline_config))
     start = time.perf_counter()
     top, skipped = runnable_top(ranked, matrix, op, width, top_k, target)
     timings.filter_s = time.perf_counter() - start
@@ -571,15 +578,14 @@ def emit(result: TuneResult, directory: str | Path) -> list[Path]:
         "runtime_s": best.runtime_s,
     }
     if result.target == "cpu":
-        from cognate.targets.cpu.codegen import OP_LOOPS, generate_source, structure_of
+        from cognate.targets.cpu.families import kernel_source
 
-        # structure_of re-validates every knob against the whitelists before codegen.
-        source = generate_source(structure_of(result.op, best.config.knobs, result.width))
-        args = {k: best.config[k] for k in ("isplit", "ksplit", "jsplit", "chunk")}
+        # kernel_source re-validates every knob against the whitelists before codegen.
+        source, entry, args = kernel_source(result.op, best.config.knobs, result.width)
         header = (
             f"/* cognate tune: {result.matrix.name}, {result.op}, width {result.width}\n"
             f" * schedule: {best.description}\n"
-            f" * entry point {OP_LOOPS[result.op].function}; pass the runtime arguments "
+            f" * entry point {entry}; pass the runtime arguments "
             + ", ".join(f"{k}={v}" for k, v in args.items())
             + "\n * compile: cc -O3 -march=native -fopenmp -fPIC -shared */\n"
         )

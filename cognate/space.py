@@ -89,6 +89,11 @@ class Space(ABC):
     def sample(self, n: int, seed: int, shape: tuple[int, int]) -> list[Config]:
         """``n`` distinct legal configs for a matrix of ``shape``; deterministic per seed."""
 
+    def accepts_version(self, version: str) -> bool:
+        """Whether records measured in space version ``version`` belong to this space: the
+        current version only, unless a space lists compatible earlier versions."""
+        return version == self.version
+
     def candidates(self, n: int, seed: int, shape: tuple[int, int]) -> list[Config]:
         """The set a search scores; small spaces override this to enumerate everything."""
         return self.sample(n, seed, shape)

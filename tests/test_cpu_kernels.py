@@ -94,7 +94,7 @@ def test_every_legal_order_and_format_matches_scipy(shared: Path, op: str) -> No
 def test_sampled_configs_match_scipy(shared: Path, op: str) -> None:
     """The space's own sampler (WACO's recipe): each config validated or refused as too large."""
     matrix = _load(shared, "olm500")
-    configs = make_space(op).sample(12, seed=3, shape=matrix.shape)
+    configs = make_space(op).sample_csr(12, seed=3, shape=matrix.shape)
     _precompile(op, [c.knobs for c in configs], width=64)
     for config in configs:
         try:

@@ -69,7 +69,7 @@ def test_sddmm_line_fields_and_parallel_j1() -> None:
 
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
 def test_sampled_configs_round_trip_through_the_line_format(op: str) -> None:
-    for config in make_space(op).sample(200, 5, (20000, 9000)):
+    for config in make_space(op).sample_csr(200, 5, (20000, 9000)):
         line = format_line(config, 0.0123)
         assert parse_line(line, op).config == config
 

@@ -41,7 +41,7 @@ def load_record_matrix(row: pd.Series) -> Matrix:
 
 
 def load_runs(db: Path, space: Space) -> list[MatrixRuns]:
-    """The store's ok records for ``space`` (current version only), grouped per matrix and width."""
+    """The store's ok records for ``space`` (versions it accepts), grouped per matrix and width."""
     from cognate.store import Store  # the store pulls in pandas/sqlite: only when needed
 
     if not db.is_file():
@@ -50,7 +50,7 @@ def load_runs(db: Path, space: Space) -> list[MatrixRuns]:
         frame = store.frame(target=space.target, op=space.op, status="ok")
     if frame.empty:
         raise CognateError(f"{db}: no ok records for target {space.target}, op {space.op}")
-    current = frame[frame["space_version"] == space.version]
+    current = frame[frame["space_version"].map(space.accepts_version)]
     if current.empty:
         versions = ", ".join(sorted(set(frame["space_version"])))
         raise CognateError(

@@ -1,4 +1,5 @@
-"""The cpu target: WACO's SuperSchedule on generated, compiled C kernels.
+"""The cpu target: WACO's SuperSchedule and the DIA / reordered-BCSR families on generated,
+compiled C kernels.
 
 Imports are lazy so that the runner's worker process (which imports this package) stays
 light and does not depend on the space module.
@@ -29,6 +30,9 @@ TARGET = Target(
     "cpu",
     make_space=_make_space,
     make_runner=_make_runner,
-    description="WACO SuperSchedule SpMM/SDDMM as generated C + OpenMP kernels on this machine",
+    description=(
+        "WACO SuperSchedule SpMM/SDDMM, DIA and reordered BCSR as generated C + OpenMP"
+        " kernels on this machine"
+    ),
     exclusive=True,
 )

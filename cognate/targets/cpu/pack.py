@@ -81,17 +81,26 @@ def _check(size: int, limit: int, what: str) -> None:
 
 
 def pack(
-    csr: sp.csr_matrix,
+    csr: Any,
     op: str,
     knobs: Mapping[str, Any],
     max_entries: int | None = None,
     width: int | None = None,
-) -> PackedA:
+) -> Any:
     """Pack canonical CSR ``csr`` for config ``knobs``; raise TooLarge before a big allocation.
 
     ``max_entries`` overrides the size limit of any one array (tests of padded layouts);
     ``width`` goes into the loop structure (a kernel specialised to that dense width).
+    A DIA/BCSR config (a ``family`` knob) is packed by its family (families.py: a
+    ``FamilyPacked``; ``csr`` may then be a Matrix, whose row/column permutations it absorbs).
     """
+    if knobs.get("family", "csr") != "csr":
+        from cognate.targets.cpu.families import pack_family
+
+        if width is None:
+            raise CognateError(f"cpu {op}: a {knobs['family']} kernel needs the dense width")
+        return pack_family(csr, op, knobs, width, max_entries)
+    csr = getattr(csr, "csr", csr)  # a Matrix: its CSR
     s = structure_of(op, knobs, width)
     splits = {var: int(knobs[f"{var}split"]) for var in OP_LOOPS[op].sparse}
     limit = size_limit(csr) if max_entries is None else max_entries

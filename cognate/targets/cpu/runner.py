@@ -28,8 +28,8 @@ from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix, canonicalize
 from cognate.runner import Measurement, Runner
-from cognate.targets.cpu.codegen import LoopStructure, compile_structure, structure_of
-from cognate.targets.cpu.kernel import KernelCall, check_operands, runtime_knob
+from cognate.targets.cpu.families import build_kernel, make_call
+from cognate.targets.cpu.kernel import KernelCall, check_operands
 from cognate.targets.cpu.pack import pack
 from cognate.targets.cpu.worker import one_line as _one_line
 
@@ -48,12 +48,13 @@ def prepare_kernel(
 
     The call reads the operand arrays in place (float32, C-contiguous ones are not copied),
     so new values in them are picked up by the next call; ``.result()`` gives the output.
+    A Matrix's ``row_perm`` / ``col_perm`` (if any) are absorbed by DIA/BCSR configs.
     """
-    csr = matrix.csr if isinstance(matrix, Matrix) else canonicalize(matrix)
+    source = matrix if isinstance(matrix, Matrix) else Matrix("A", canonicalize(matrix))
     knobs = _knobs(config)
-    width = check_operands(op, csr.shape, operands)
-    packed = pack(csr, op, knobs, width=width)
-    return KernelCall(str(compile_structure(packed.structure)), packed, knobs, operands)
+    width = check_operands(op, source.shape, operands)
+    packed = pack(source, op, knobs, width=width)
+    return make_call(str(build_kernel(op, knobs, width)), packed, knobs, operands)
 
 
 def run_config(
@@ -68,8 +69,9 @@ def run_config(
     ``run_config(A, "sddmm", cfg, X, Y)`` -> CSR with A's pattern, ``A * (X @ Y.T)``.
     Raises CognateError for a bad config, bad operands, or a layout over the size limit.
     """
-    csr = matrix.csr if isinstance(matrix, Matrix) else canonicalize(matrix)
-    call = prepare_kernel(Matrix("A", csr), op, config, *operands)
+    source = matrix if isinstance(matrix, Matrix) else Matrix("A", canonicalize(matrix))
+    csr = source.csr
+    call = prepare_kernel(source, op, config, *operands)
     call()
     if op == "spmm":
         return call.result()
@@ -188,11 +190,8 @@ class CpuRunner(Runner):
     def build(self, op: str, config: Config, width: int) -> tuple[str, dict[str, Any]]:
         """Compile (or find cached) the kernel of ``config`` specialised to ``width``; return
         its path and counters."""
-        structure: LoopStructure = structure_of(op, config.knobs, width)
-        for knob in ("isplit", "jsplit", "ksplit", "chunk"):
-            runtime_knob(config.knobs, knob)
         start = time.perf_counter()
-        path = compile_structure(structure)
+        path = build_kernel(op, config.knobs, width)
         return str(path), {"compile_s": time.perf_counter() - start}
 
     def close(self) -> None:
@@ -207,7 +206,7 @@ class CpuRunner(Runner):
             pass
 
     def _ready_worker(self, matrix: Matrix, op: str, width: int) -> _Worker:
-        key = (matrix.sha256, op, int(width))
+        key = (matrix.sha256, op, int(width))  # the sha covers the matrix's index maps too
         if self._worker is None or not self._worker.alive():
             self._worker = _Worker()
         if self._worker.loaded != key:
@@ -215,7 +214,10 @@ class CpuRunner(Runner):
             # The worker drops its matrix before loading: if this load fails, the old key
             # must not make a later batch of the old matrix skip its reload.
             self._worker.loaded = None
-            self._worker.send(("load", csr.indptr, csr.indices, csr.data, csr.shape, op, width))
+            perms = (getattr(matrix, "row_perm", None), getattr(matrix, "col_perm", None))
+            self._worker.send(
+                ("load", csr.indptr, csr.indices, csr.data, csr.shape, op, width, *perms)
+            )
             reply = self._worker.receive(self.setup_timeout_s, "loading the matrix")
             if reply[0] != "loaded":
                 raise _Lost("error", f"loading the matrix: {reply[1]}")

@@ -7,6 +7,9 @@ dynamic chunk). The YAML holds the value sets and rule parameters; this module a
 ``validate`` is the only way a config reaches the kernel generator, so it rejects anything
 that is not exactly a legal config (wrong types, bools posing as ints, unknown keys, ...).
 
+Configs with a ``family`` knob (DIA, reordered BCSR) are the other kernel families
+(family_space.py); without one a config is WACO's CSR family, exactly as before they existed.
+
 The sampler follows WACO's training-data recipe (its SuperSchedule_Generator scripts and the
 peer data in shared/peers/waco): a third from a block-CSR family, the rest random legal
 orders and formats. It is vectorised with numpy so that tens of thousands of distinct
@@ -26,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.space import LoopNest, Space, load_space_spec, space_file
+from cognate.targets.cpu.family_space import Families, FamilySpec
 
 OPS: tuple[str, ...] = ("spmm", "sddmm")
 KNOBS: tuple[str, ...] = ("isplit", "ksplit", "jsplit", "order", "formats", "chunk")
@@ -70,6 +74,8 @@ class _SpaceFile(_Strict):
     rules: _Rules
     baseline: dict[str, Any]
     sampler: _Sampler
+    compatible_versions: list[str] = []
+    families: dict[str, FamilySpec] = {}
 
 
 def _short(value: Any) -> str:
@@ -115,6 +121,12 @@ class CpuSpace(Space):
         self._exempt = {tuple(o) for o in spec.rules.exempt_orders}
         self._baseline = self.validate(spec.baseline)
         self._generator_orders = self._filter_orders()
+        self.compatible_versions: tuple[str, ...] = tuple(spec.compatible_versions)
+        self.families = Families(op, spec.families, str(space_file(self.name)))
+
+    def accepts_version(self, version: str) -> bool:
+        """Current, or a listed earlier version whose records are this space's csr family."""
+        return version == self.version or version in self.compatible_versions
 
     def _check_spec(self) -> None:
         """The YAML must name the same variables as the fixed knob set (a typo is caught here)."""
@@ -180,9 +192,17 @@ class CpuSpace(Space):
         return None
 
     def validate(self, knobs: Mapping[str, Any]) -> Config:
-        """The canonical Config for ``knobs``; CognateError naming the broken rule otherwise."""
+        """The canonical Config for ``knobs``; CognateError naming the broken rule otherwise.
+
+        A csr-family config has no ``family`` knob (``family: csr`` is dropped), so its
+        canonical knobs and hash are those of the space before the families existed.
+        """
         if not isinstance(knobs, Mapping):
             raise self._error(f"knobs must be a mapping, got {type(knobs).__name__}")
+        if "family" in knobs:
+            if knobs["family"] != "csr":
+                return self.families.validate(knobs)
+            knobs = {k: v for k, v in knobs.items() if k != "family"}
         unknown = sorted(str(k) for k in knobs if k not in KNOBS)
         if unknown:
             raise self._error(f"unknown knob(s) {', '.join(unknown)}; expected {', '.join(KNOBS)}")
@@ -221,6 +241,9 @@ class CpuSpace(Space):
         A split at least the whole dimension (the smallest power of two covering it) gives the
         same loop nest as any larger one, only with more padding, so larger ones are refused.
         """
+        if "family" in config.knobs:
+            self.families.check_shape(config, shape)
+            return
         for var, dim in self.dims(shape).items():
             knob = self.split_knob[var]
             cap = 1 << max(0, (dim - 1).bit_length())
@@ -241,6 +264,8 @@ class CpuSpace(Space):
 
     def loop_nest(self, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
         """Identity: the cpu knobs are the loop vocabulary (SDDMM keeps its i, j, k names)."""
+        if "family" in config.knobs:
+            return self.families.loop_nest(config, width)
         return LoopNest(
             i_split=config["isplit"],
             k_split=config["ksplit"],
@@ -249,13 +274,19 @@ class CpuSpace(Space):
         )
 
     def knob_features(self, config: Config) -> np.ndarray:
-        """[4 bits: level compressed (i1 i0 x1 x0 order), log2(chunk) / its maximum]."""
-        bits = [1.0 if f == "C" else 0.0 for f in config["formats"]]
-        chunk = (int(config["chunk"]).bit_length() - 1) / self._spec.chunk_max_log2
-        return np.asarray([*bits, chunk], dtype=np.float32)
+        """[4 bits: level compressed (i1 i0 x1 x0 order), log2(chunk) / its maximum] for a
+        csr config (zeros otherwise), then the family one-hot and the family knobs."""
+        csr = np.zeros(5, dtype=np.float32)
+        if "family" not in config.knobs:
+            bits = [1.0 if f == "C" else 0.0 for f in config["formats"]]
+            chunk = (int(config["chunk"]).bit_length() - 1) / self._spec.chunk_max_log2
+            csr[:] = [*bits, chunk]
+        return np.concatenate([csr, self.families.features(config)])
 
     def describe(self, config: Config) -> str:
         """WACO-like one line: splits, order, A's levels in storage order, parallel loop."""
+        if "family" in config.knobs:
+            return self.families.describe(config)
         order = list(config["order"])
         fmt = dict(zip(self.levels, config["formats"], strict=True))
         storage = " ".join(f"{lvl}:{fmt[lvl]}" for lvl in order if lvl in fmt)
@@ -380,11 +411,16 @@ class CpuSpace(Space):
         return out
 
     def sample(self, n: int, seed: int, shape: tuple[int, int]) -> list[Config]:
-        """WACO's recipe: n // 3 distinct block-CSR configs, then random legal ones, distinct.
+        """WACO's recipe: n // 3 distinct block-CSR configs, then random legal ones, distinct;
+        then the DIA and BCSR configs of the YAML's ``sample`` grids legal for ``shape``.
 
-        Deterministic per (seed, shape). Fewer than ``n`` only if the space for this shape is
-        smaller than ``n``.
+        Deterministic per (seed, shape); the csr part (the first ``n``) is exactly what it was
+        before the families existed, so collecting again measures only the family configs.
+        Fewer than ``n`` csr configs only if that space for this shape is smaller than ``n``.
         """
+        return self.sample_csr(n, seed, shape) + self.families.grid(shape, sampled=True)
+
+    def sample_csr(self, n: int, seed: int, shape: tuple[int, int]) -> list[Config]:
         if n < 0:
             raise CognateError(f"cannot sample a negative number of configs ({n})")
         rng = np.random.default_rng(seed)
@@ -397,8 +433,9 @@ class CpuSpace(Space):
         return self._decode(rows)
 
     def candidates(self, n: int, seed: int, shape: tuple[int, int]) -> list[Config]:
-        """The search set: the same recipe as ``sample`` (tens of thousands in well under 1 s)."""
-        return self.sample(n, seed, shape)
+        """The search set: ``sample``'s csr part (tens of thousands in well under 1 s), then
+        every legal family config."""
+        return self.sample_csr(n, seed, shape) + self.families.grid(shape, sampled=False)
 
 
 @cache

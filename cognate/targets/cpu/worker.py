@@ -5,7 +5,10 @@ interpreter: no fork of a threaded driver, no re-import of the caller's main scr
 multiprocessing's spawn would do) and spoken to over a socket wrapped in a
 multiprocessing Connection. Requests are plain tuples and dicts:
 
-- ``("load", indptr, indices, data, shape, op, width)`` -> ``("loaded",)``
+- ``("load", indptr, indices, data, shape, op, width[, row_perm, col_perm])`` ->
+  ``("loaded",)``; the optional int32 permutations (None: identity) are the Matrix's
+  ``row_perm`` / ``col_perm`` (A[row_perm[i], col_perm[j]] = S[i, j]), which DIA and BCSR
+  configs absorb in their index maps
 - ``("run", job)`` -> ``("too_large", why)`` | ``("packed", counters)`` then
   ``("error", why)`` | ``("checked", first_run_s, planned_s)`` then
   ``("timed", median_s, spread_s, counters)``; any failure -> ``("error", why)``
@@ -24,7 +27,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from cognate.targets.cpu.kernel import KernelCall, dense_operands, mismatch, reference
+from cognate.targets.cpu.families import StructuredView, family_of, make_call, view_of
+from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
 from cognate.targets.cpu.pack import TooLarge, pack
 
 OPERAND_SEED = 20230325  # dense inputs are the same for every config of a matrix
@@ -45,11 +49,24 @@ class _MatrixState:
         shape: tuple[int, int],
         op: str,
         width: int,
+        row_perm: np.ndarray | None = None,
+        col_perm: np.ndarray | None = None,
     ) -> None:
         self.csr = sp.csr_matrix((data, indices, indptr), shape=shape)
         self.op, self.width = op, int(width)
+        self.row_perm, self.col_perm = row_perm, col_perm
         self.operands = dense_operands(op, self.csr.shape, width, OPERAND_SEED)
         self.ref, self.tol = reference(self.csr, op, self.operands)
+        self._view: StructuredView | None = None
+
+    def source(self, knobs: dict[str, Any]) -> Any:
+        """What ``pack`` takes for ``knobs``: A's CSR, or for DIA/BCSR the structured view
+        (S and the index maps; built once per matrix)."""
+        if family_of(knobs) == "csr":
+            return self.csr
+        if self._view is None:
+            self._view = view_of(self)
+        return self._view
 
 
 def plan_samples(job: dict[str, Any], first_s: float) -> tuple[int, int, int]:
@@ -66,7 +83,7 @@ def plan_samples(job: dict[str, Any], first_s: float) -> tuple[int, int, int]:
 def _run_job(conn: Connection, state: _MatrixState, job: dict[str, Any]) -> None:
     start = time.perf_counter()
     try:
-        packed = pack(state.csr, state.op, job["knobs"], width=state.width)
+        packed = pack(state.source(job["knobs"]), state.op, job["knobs"], width=state.width)
     except TooLarge as exc:
         conn.send(("too_large", str(exc)))
         return
@@ -74,7 +91,7 @@ def _run_job(conn: Connection, state: _MatrixState, job: dict[str, Any]) -> None
         "pack_s": time.perf_counter() - start,
         "stored_entries": packed.stored_entries,
     }
-    call = KernelCall(job["lib_path"], packed, job["knobs"], state.operands)
+    call = make_call(job["lib_path"], packed, job["knobs"], state.operands)
     conn.send(("packed", counters))
     start = time.perf_counter()
     call()
