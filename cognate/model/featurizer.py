@@ -118,12 +118,15 @@ class Featurizer(nn.Module):
         pools = []
         if backend == "torch":
             plan = plan or self.plan(points)
+            if not torch.is_grad_enabled():
+                # Inference: rows that repeat are computed once, then blocked convolutions
+                # (the same sums as below, tested equal in tests/test_featurizer_fast.py).
+                weights, biases = list(self.weights), list(self.biases)
+                return torch.cat(sparseconv.pooled_inference(len(points), plan, weights, biases))
             for (w, b), kmap, (_, stride) in zip(
                 zip(self.weights, self.biases, strict=True), plan, self.layers(), strict=True
             ):
-                points, feats = sparseconv.conv_torch(points, feats, w, b, stride, kmap)
-                # In place when no graph is recorded: saves a full-size copy per layer.
-                feats = torch.relu(feats) if torch.is_grad_enabled() else feats.relu_()
+                points, feats = sparseconv.conv_torch(points, feats, w, b, stride, kmap, relu=True)
                 pools.append(feats.mean(0))
         else:
             tensor = sparseconv.minkowski_input(points, feats)
