@@ -125,9 +125,13 @@ wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 for op in spmm sddmm; do
   cpu_model="$OUT/cpu-$op.safetensors"
+  # Counted up front: a failing count (e.g. a broken environment) must stop the script,
+  # not read as "no records" inside a test.
+  cpu_ok="$(ok_records cpu "$op")"
+  spade_ok="$(ok_records spade "$op")"
   if ! wanted "cpu-$op"; then
     :
-  elif [ "$(ok_records cpu "$op")" -gt 0 ]; then
+  elif [ "$cpu_ok" -gt 0 ]; then
     cmd=(pretrain --db "$SNAP" --target cpu --op "$op" --preset "$PRESET" "${epochs_args[@]}" "${threads_args[@]}" -o "$cpu_model")
     echo "== cognate ${cmd[*]}"
     cognate "${cmd[@]}"
@@ -138,7 +142,7 @@ for op in spmm sddmm; do
 
   spade_model="$OUT/spade-$op.safetensors"
   wanted "spade-$op" || continue
-  if [ "$(ok_records spade "$op")" -eq 0 ]; then
+  if [ "$spade_ok" -eq 0 ]; then
     echo "== spade $op: no ok records in $DB, skipped"
     continue
   fi
