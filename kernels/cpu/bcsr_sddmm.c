@@ -12,19 +12,7 @@ typedef float vf __attribute__((vector_size(32), aligned(4)));
 enum { BR = ${brows}, BC = ${bcols} };
 static const int64_t K = ${width};
 
-static inline float dot(const float *restrict x, const float *restrict y) {
-    vf acc[4] = {{0}, {0}, {0}, {0}};
-    int64_t k = 0;
-    for (; k + 32 <= K; k += 32)
-        for (int q = 0; q < 4; q++)
-            acc[q] += *(const vf *)(x + k + 8 * q) * *(const vf *)(y + k + 8 * q);
-    for (; k + 8 <= K; k += 8) acc[0] += *(const vf *)(x + k) * *(const vf *)(y + k);
-    const vf sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    float total = 0.0f;
-    for (int q = 0; q < 8; q++) total += sum[q];
-    for (; k < K; k++) total += x[k] * y[k];
-    return total;
-}
+${dot_product}
 
 void cognate_bcsr_sddmm(const int64_t *restrict bptr, const int32_t *restrict bcol,
                         const float *restrict vals, const int32_t *restrict col_map,

@@ -19,19 +19,7 @@ static inline int64_t wrap(int64_t col, int64_t N) {
     return col;
 }
 
-static inline float dot(const float *restrict x, const float *restrict y) {
-    vf acc[4] = {{0}, {0}, {0}, {0}};
-    int64_t k = 0;
-    for (; k + 32 <= K; k += 32)
-        for (int q = 0; q < 4; q++)
-            acc[q] += *(const vf *)(x + k + 8 * q) * *(const vf *)(y + k + 8 * q);
-    for (; k + 8 <= K; k += 8) acc[0] += *(const vf *)(x + k) * *(const vf *)(y + k);
-    const vf sum = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    float total = 0.0f;
-    for (int q = 0; q < 8; q++) total += sum[q];
-    for (; k < K; k++) total += x[k] * y[k];
-    return total;
-}
+${dot_product}
 
 void cognate_dia_sddmm(const int32_t *restrict offs, const float *restrict vals,
                        const int32_t *restrict col_map, const int32_t *restrict row_map,

@@ -28,7 +28,7 @@ from cognate.build import compile_c, load_library
 from cognate.errors import CognateError
 from cognate.paths import kernels_dir
 from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH
-from cognate.targets.cpu.kernel import check_operands, runtime_knob
+from cognate.targets.cpu.kernel import BoundKernel, check_operands, runtime_knob
 from cognate.targets.cpu.structured import StructuredView, structured_view
 
 CSR = "csr"
@@ -97,7 +97,10 @@ def generate_family_source(kernel: FamilyKernel) -> str:
     if checked != kernel:
         raise CognateError(f"cpu {kernel.op}: inconsistent {kernel.family} kernel {kernel}")
     text = (kernels_dir() / "cpu" / f"{kernel.family}_{kernel.op}.c").read_text()
-    return Template(text).substitute(dict(kernel.params), width=kernel.width)
+    dot_product = (kernels_dir() / "cpu" / "dot_product.inc").read_text()
+    return Template(text).substitute(
+        dict(kernel.params), width=kernel.width, dot_product=dot_product
+    )
 
 
 @lru_cache(maxsize=256)
@@ -150,8 +153,8 @@ def pack_family(
     return module.pack(view_of(source), kernel, knobs, max_entries)
 
 
-class FamilyCall:
-    """A DIA/BCSR kernel bound to its packed A, operands and output (KernelCall's interface)."""
+class FamilyCall(BoundKernel):
+    """A DIA/BCSR kernel bound to its packed A, operands and output."""
 
     def __init__(
         self,
@@ -178,15 +181,6 @@ class FamilyCall:
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p] * len(pointers) + [ctypes.c_int64] * len(integers)
         self._fn, self._args = fn, [a.ctypes.data for a in pointers] + integers
-
-    def __call__(self) -> None:
-        self._fn(*self._args)
-
-    def result(self) -> np.ndarray:
-        """SpMM: C (M x width); SDDMM: the output values in A's CSR order."""
-        if self.op == "spmm":
-            return self.out
-        return self.out[self.packed.nz_positions]
 
 
 def index_maps(view: StructuredView) -> tuple[np.ndarray, np.ndarray]:

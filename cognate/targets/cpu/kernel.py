@@ -77,8 +77,30 @@ def _address(array: np.ndarray | None) -> int | None:
     return None if array is None else array.ctypes.data
 
 
-class KernelCall:
-    """One kernel bound to its packed A, dense inputs and output buffer; call to run."""
+class BoundKernel:
+    """A compiled kernel bound to its arguments (every family): call it, then read result().
+
+    Subclasses set ``op``, ``packed`` (with ``nz_positions``), ``out``, ``_fn`` and ``_args``.
+    """
+
+    op: str
+    packed: Any
+    out: np.ndarray
+    _fn: Any
+    _args: list[Any]
+
+    def __call__(self) -> None:
+        self._fn(*self._args)
+
+    def result(self) -> np.ndarray:
+        """SpMM: C (M x width); SDDMM: the output values in A's CSR order."""
+        if self.op == "spmm":
+            return self.out
+        return self.out[self.packed.nz_positions]
+
+
+class KernelCall(BoundKernel):
+    """One CSR-family kernel bound to its packed A, dense inputs and output buffer."""
 
     def __init__(
         self,
@@ -112,15 +134,6 @@ class KernelCall:
             arrays = [*levels, packed.vals, *self.operands, self.out]
         self._fn = _function(lib_path, op)
         self._args = [_address(a) for a in arrays] + tail
-
-    def __call__(self) -> None:
-        self._fn(*self._args)
-
-    def result(self) -> np.ndarray:
-        """SpMM: C (M x width); SDDMM: the output values in A's CSR order."""
-        if self.op == "spmm":
-            return self.out
-        return self.out[self.packed.nz_positions]
 
 
 def _tolerance(terms: np.ndarray | float, bound: np.ndarray) -> np.ndarray:
