@@ -22,6 +22,7 @@ from cognate.targets.cpu.pack import TooLarge, size_limit
 from cognate.targets.cpu.structured import StructuredView
 
 SAMPLE_PER_DIAGONAL = 4  # sampled nonzeros per allowed diagonal in the quick refusal
+SIZE_WORDS = "pack.SIZE_FACTOR x nnz stored entries"
 
 
 def _offsets(indptr: np.ndarray, indices: np.ndarray, entries: np.ndarray, cols: int) -> np.ndarray:
@@ -45,9 +46,6 @@ def _refuse_early(view: StructuredView, max_diagonals: int) -> None:
         )
 
 
-SIZE_WORDS = "pack.SIZE_FACTOR x nnz stored entries"
-
-
 def pack(
     view: StructuredView,
     kernel: FamilyKernel,
@@ -62,7 +60,8 @@ def pack(
     tiles = -(-rows // rtile)
     max_diagonals = limit // (tiles * rtile + 1)  # values (padded to whole tiles) + offset
     _refuse_early(view, max_diagonals)
-    offsets = _offsets(csr.indptr, csr.indices, np.arange(csr.nnz), cols)
+    row_of = np.repeat(np.arange(rows, dtype=np.int64), np.diff(csr.indptr))
+    offsets = (csr.indices.astype(np.int64) - row_of % cols) % cols  # as _offsets, all entries
     present = np.flatnonzero(np.bincount(offsets, minlength=cols))
     if present.size > max_diagonals:
         raise TooLarge(
@@ -71,7 +70,6 @@ def pack(
         )
     diagonal_of = np.full(cols, -1, dtype=np.int64)
     diagonal_of[present] = np.arange(present.size)
-    row_of = np.repeat(np.arange(rows, dtype=np.int64), np.diff(csr.indptr))
     # Per row tile of rtile rows, diagonal by diagonal (the kernels stream a tile's values).
     slots = ((row_of // rtile) * present.size + diagonal_of[offsets]) * rtile + row_of % rtile
     vals = np.zeros(tiles * rtile * present.size, dtype=np.float32)

@@ -28,7 +28,7 @@ from cognate.build import compile_c, load_library
 from cognate.errors import CognateError
 from cognate.paths import kernels_dir
 from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH
-from cognate.targets.cpu.kernel import BoundKernel, check_operands, runtime_knob
+from cognate.targets.cpu.kernel import BoundKernel, KernelCall, check_operands, runtime_knob
 from cognate.targets.cpu.structured import StructuredView, structured_view
 
 CSR = "csr"
@@ -208,12 +208,10 @@ def build_kernel(op: str, knobs: Mapping[str, Any], width: int) -> Path:
 
 def make_call(
     lib_path: str, packed: Any, knobs: Mapping[str, Any], operands: tuple[np.ndarray, ...]
-) -> Any:
+) -> BoundKernel:
     """The callable kernel for a packed A of any family (KernelCall for the csr family)."""
     if isinstance(packed, FamilyPacked):
         return FamilyCall(lib_path, packed, knobs, operands)
-    from cognate.targets.cpu.kernel import KernelCall
-
     return KernelCall(lib_path, packed, knobs, operands)
 
 
