@@ -39,11 +39,14 @@ def tune(
     verify: bool = False,
     candidates: int = DEFAULT_CANDIDATES,
     seed: int = DEFAULT_SEED,
+    cover_families: bool = True,
 ) -> TuneResult:
     """Rank schedules of ``op`` on ``target`` for ``matrix`` with a cost model.
 
     ``model``: a checkpoint (default: the shipped ``data/models/<target>-<op>.safetensors``).
     ``verify``: measure the top-k and the baseline on the target (cpu: also the library).
+    ``cover_families``: the top-k includes each kernel family's best-ranked config (cpu: csr,
+    dia, bcsr), in place of the lowest-ranked picks, so the measurement decides between them.
     The result holds the top-k (``result.candidates``), the chosen ``result.config`` and, on
     cpu, ``result.kernel(B)`` (SpMM) / ``result.kernel(X, Y)`` (SDDMM) running that schedule.
     """
@@ -57,4 +60,5 @@ def tune(
         verify=verify,
         n_candidates=candidates,
         seed=seed,
+        cover_families=cover_families,
     )

@@ -148,7 +148,7 @@ def model_picker(
 
     def pick(matrix: Matrix) -> list[Config]:
         ranked, _ = search.rank(loaded, space, matrix, width)
-        top, _ = search.runnable_top(ranked, matrix, op, width, n, target_name)
+        top, _ = search.runnable_top(ranked, matrix, op, width, n, target_name, space.family)
         return [candidate.config for candidate in top]
 
     return pick

@@ -138,6 +138,7 @@ class Candidate:
     status: str | None = None
     runtime_s: float | None = None
     error: str | None = None
+    family_pick: bool = False  # below the top-k, measured as its kernel family's best-ranked
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -146,6 +147,7 @@ class Candidate:
             "description": self.description,
             "hash": self.config.hash,
             "score": self.score,
+            "family_pick": self.family_pick,
         }
         if self.status is not None:
             out.update(status=self.status, runtime_s=self.runtime_s)
@@ -220,29 +222,88 @@ def rank(
     return ranked, timings
 
 
+FAMILY_PROBES = 3  # TooLarge configs tried per uncovered family before giving up on it
+
+
 def runnable_top(
-    ranked: Sequence[Candidate], matrix: Matrix, op: str, width: int, k: int, target: str
+    ranked: Sequence[Candidate],
+    matrix: Matrix,
+    op: str,
+    width: int,
+    k: int,
+    target: str,
+    family: Callable[[Config], str] | None = None,
 ) -> tuple[list[Candidate], int]:
     """Copies of the first ``k`` ranked candidates that can run on this matrix, ranked 1..k
-    among themselves, and how many better-ranked ones were skipped. On cpu a layout may exceed the size limit (20 x nnz, as WACO refuses):
-    it depends on where the nonzeros fall, so it is checked by packing, top-down (a few
-    packs, not 20k). Other targets run every config of their space."""
-    if target != "cpu":
-        return [dataclasses.replace(c) for c in ranked[:k]], 0
-    from cognate.targets.cpu.pack import TooLarge, pack
+    among themselves, and how many better-ranked ones were skipped.
 
+    On cpu a layout may exceed the size limit (20 x nnz, as WACO refuses): it depends on
+    where the nonzeros fall, so it is checked by packing, top-down (a few packs, not 20k).
+    Other targets run every config of their space.
+
+    With ``family`` (config -> kernel family), each family's best-ranked runnable config is
+    in the selection too, in place of the lowest-ranked picks of a family that has several
+    (rank 1 always stays): a cost model compares knobs within a kernel family better than
+    it compares kernels with each other, so one measurement per family keeps a family it
+    underrates in the running (``Candidate.family_pick`` marks those)."""
+    fits = _runnable_check(matrix, op, width, target)
     top: list[Candidate] = []
     skipped = 0
     for candidate in ranked:
         if len(top) == k:
             break
-        try:
-            pack(matrix, op, candidate.config.knobs, width=width)
-        except TooLarge:
+        if fits(candidate.config):
+            top.append(candidate)
+        else:
             skipped += 1
+    if family is not None:
+        top = _cover_families(top, ranked, family, fits)
+    return [dataclasses.replace(c, rank=i) for i, c in enumerate(top, 1)], skipped
+
+
+def _runnable_check(matrix: Matrix, op: str, width: int, target: str) -> Callable[[Config], bool]:
+    if target != "cpu":
+        return lambda config: True
+    from cognate.targets.cpu.pack import TooLarge, pack
+
+    def fits(config: Config) -> bool:
+        try:
+            pack(matrix, op, config.knobs, width=width)
+        except TooLarge:
+            return False
+        return True
+
+    return fits
+
+
+def _cover_families(
+    top: list[Candidate],
+    ranked: Sequence[Candidate],
+    family: Callable[[Config], str],
+    fits: Callable[[Config], bool],
+) -> list[Candidate]:
+    """``top`` with the best runnable config of each family it lacks swapped in (see
+    ``runnable_top``), in score order."""
+    chosen = list(top)
+    covered = {family(c.config) for c in chosen}
+    probes: dict[str, int] = {}
+    for candidate in ranked:
+        name = family(candidate.config)
+        if name in covered or probes.get(name, 0) >= FAMILY_PROBES:
             continue
-        top.append(dataclasses.replace(candidate, rank=len(top) + 1))
-    return top, skipped
+        counts: dict[str, int] = {}
+        for c in chosen:
+            counts[family(c.config)] = counts.get(family(c.config), 0) + 1
+        removable = [c for c in chosen[1:] if counts[family(c.config)] > 1]
+        if not removable:
+            break
+        if not fits(candidate.config):
+            probes[name] = probes.get(name, 0) + 1
+            continue
+        chosen.remove(removable[-1])
+        chosen.append(dataclasses.replace(candidate, family_pick=True))
+        covered.add(name)
+    return sorted(chosen, key=lambda c: c.score)
 
 
 # --- verification ---------------------------------------------------------------------------
@@ -494,9 +555,11 @@ def tune_matrix(
     seed: int = DEFAULT_SEED,
     progress: Callable[[Measurement], None] | None = None,
     runner_options: dict[str, Any] | None = None,
+    cover_families: bool = True,
 ) -> TuneResult:
     """Rank the candidates of (target, op) for ``matrix``; with ``verify``, measure the top-k
-    and the baseline (and on cpu the library reference)."""
+    and the baseline (and on cpu the library reference). ``cover_families``: the top-k holds
+    each kernel family's best-ranked config (``runnable_top``)."""
     if not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= MAX_WIDTH:
         raise CognateError(f"width must be an integer in 1..{MAX_WIDTH}, got {width!r}")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
@@ -508,7 +571,8 @@ def tune_matrix(
     baseline_config = space.baseline(matrix.shape)
     baseline = next(c for c in ranked if _same(c.config, baseline_config))
     start = time.perf_counter()
-    top, skipped = runnable_top(ranked, matrix, op, width, top_k, target)
+    family = space.family if cover_families else None
+    top, skipped = runnable_top(ranked, matrix, op, width, top_k, target, family)
     timings.filter_s = time.perf_counter() - start
     for candidate in [*top, baseline]:
         candidate.description = space.describe(candidate.config)

@@ -106,6 +106,12 @@ class Space(ABC):
         """Raw numeric encoding (one-hot / ordinal) of the knobs loop_nest does not express."""
         raise NotImplementedError(f"{self.name} has no knob features")
 
+    def family(self, config: Config) -> str:
+        """The kernel family ``config`` belongs to ("" where a space has a single one).
+        Families are different kernels, not knob settings of one: the search verifies the
+        best-ranked config of each (``search.runnable_top``)."""
+        return ""
+
     def describe(self, config: Config) -> str:
         """The config in the target's own words, one line."""
         return " ".join(f"{k}={v}" for k, v in sorted(config.knobs.items()))

@@ -16,6 +16,7 @@ import scipy.sparse as sp
 import yaml
 
 import cognate
+from cognate import synth
 from cognate.build import compile_c
 from cognate.cli import run as cli_run
 from cognate.cli.pretrain import load_runs
@@ -125,6 +126,35 @@ def test_json_schema_and_top_k_are_the_lowest_scores(spade_model, tuned, capsys)
     for c in cands:
         assert by_hash[c["hash"]] == pytest.approx(c["score"], rel=1e-5, abs=1e-6)
         assert space.validate(c["config"]).hash == c["hash"]
+
+
+def test_top_k_holds_each_kernel_family_best_ranked(cpu_model) -> None:
+    """cpu: the top-k is the model's best picks with each family's best-ranked runnable
+    config swapped in for the lowest-ranked picks of an over-represented family."""
+    from cognate.search import rank, runnable_top
+
+    layer = synth.generate("kdiag", 256, 256, sparsity=0.9, seed=0)  # every family fits
+    space = get_target("cpu").space("spmm")
+    ranked, _ = rank(load_model(cpu_model, space), space, layer, WIDTH, 3000, 0)
+    plain, _ = runnable_top(ranked, layer, "spmm", WIDTH, 5, "cpu")
+    covered, _ = runnable_top(ranked, layer, "spmm", WIDTH, 5, "cpu", space.family)
+    assert [c.config for c in plain] == [c.config for c in ranked[:5]]
+    assert not any(c.family_pick for c in plain)
+    assert [c.rank for c in covered] == [1, 2, 3, 4, 5]
+    assert covered[0].config == plain[0].config  # the model's first pick always stays
+    families = {"csr", "dia", "bcsr"}
+    assert {space.family(c.config) for c in covered} == families
+    picks = [c for c in covered if c.family_pick]
+    for c in picks:
+        best = next(r for r in ranked if space.family(r.config) == space.family(c.config))
+        assert c.config == best.config
+        assert all(space.family(p.config) != space.family(c.config) for p in plain)
+    kept = [c.config for c in covered if not c.family_pick]
+    assert kept == [c.config for c in plain[: len(kept)]]  # the top picks, lowest dropped
+    assert [c.score for c in covered] == sorted(c.score for c in covered)
+    assert runnable_top(ranked, layer, "spmm", WIDTH, 1, "cpu", space.family)[0][0].config == (
+        plain[0].config
+    )  # k = 1: nothing to swap
 
 
 # --- verify and emit ------------------------------------------------------------------------

@@ -47,7 +47,7 @@ def _print_table(console: Console, result: Any) -> None:
     base_s = result.baseline.runtime_s
     rows = [*result.candidates, result.baseline]
     for c in rows:
-        label = "base" if c is result.baseline else str(c.rank)
+        label = "base" if c is result.baseline else f"{c.rank}{'*' if c.family_pick else ''}"
         cells = [label, c.description, f"{c.score:.4f}"]
         if verified:
             ok = c.status == "ok" and c.runtime_s
@@ -55,6 +55,8 @@ def _print_table(console: Console, result: Any) -> None:
             cells.append(f"{base_s / c.runtime_s:.3f}x" if ok and base_s else "-")
         table.add_row(*cells)
     console.print(table)
+    if any(c.family_pick for c in result.candidates):
+        console.print("* its kernel family's best-ranked config, below the model's top-k")
 
 
 def _print_summary(console: Console, result: Any) -> None:
@@ -96,6 +98,12 @@ def _print_summary(console: Console, result: Any) -> None:
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--verify", is_flag=True, help="Measure the top-k and the baseline on the target.")
+@click.option(
+    "--cover-families/--no-cover-families",
+    default=True,
+    show_default=True,
+    help="Include each kernel family's best-ranked config in the top-k (cpu: csr, dia, bcsr).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.option(
     "--emit",
@@ -113,6 +121,7 @@ def tune(
     candidates: int,
     seed: int,
     verify: bool,
+    cover_families: bool,
     as_json: bool,
     emit: Path | None,
 ) -> None:
@@ -134,6 +143,7 @@ def tune(
             verify=verify,
             n_candidates=candidates,
             seed=seed,
+            cover_families=cover_families,
         )
     files = emit_files(result, emit) if emit is not None else []
     if as_json:

@@ -283,6 +283,10 @@ class CpuSpace(Space):
             csr[:] = [*bits, chunk]
         return np.concatenate([csr, self.families.features(config)])
 
+    def family(self, config: Config) -> str:
+        """csr (no ``family`` knob), dia or bcsr."""
+        return str(config.knobs.get("family", "csr"))
+
     def describe(self, config: Config) -> str:
         """WACO-like one line: splits, order, A's levels in storage order, parallel loop."""
         if "family" in config.knobs:
