@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -291,9 +292,7 @@ def _cover_families(
         name = family(candidate.config)
         if name in covered or probes.get(name, 0) >= FAMILY_PROBES:
             continue
-        counts: dict[str, int] = {}
-        for c in chosen:
-            counts[family(c.config)] = counts.get(family(c.config), 0) + 1
+        counts = Counter(family(c.config) for c in chosen)
         removable = [c for c in chosen[1:] if counts[family(c.config)] > 1]
         if not removable:
             break
