@@ -25,10 +25,9 @@ SAMPLE_PER_DIAGONAL = 4  # sampled nonzeros per allowed diagonal in the quick re
 SIZE_WORDS = "pack.SIZE_FACTOR x nnz stored entries"
 
 
-def _offsets(indptr: np.ndarray, indices: np.ndarray, entries: np.ndarray, cols: int) -> np.ndarray:
-    """(j - i) mod cols of the CSR entries at ``entries``."""
-    rows = np.searchsorted(indptr, entries, side="right") - 1
-    return (indices[entries].astype(np.int64) - rows % cols) % cols
+def _offsets(col: np.ndarray, row: np.ndarray, cols: int) -> np.ndarray:
+    """The wrapped diagonal (j - i) mod cols of entries at (row, col)."""
+    return (col.astype(np.int64) - row % cols) % cols
 
 
 def _refuse_early(view: StructuredView, max_diagonals: int) -> None:
@@ -38,7 +37,8 @@ def _refuse_early(view: StructuredView, max_diagonals: int) -> None:
     if csr.nnz <= want:
         return
     sample = np.linspace(0, csr.nnz - 1, want).astype(np.int64)
-    found = np.unique(_offsets(csr.indptr, csr.indices, sample, csr.shape[1])).size
+    row = np.searchsorted(csr.indptr, sample, side="right") - 1
+    found = np.unique(_offsets(csr.indices[sample], row, csr.shape[1])).size
     if found > max_diagonals:
         raise TooLarge(
             f"DIA needs at least {found} diagonals of {csr.shape[0]} rows, over the limit"
@@ -61,7 +61,7 @@ def pack(
     max_diagonals = limit // (tiles * rtile + 1)  # values (padded to whole tiles) + offset
     _refuse_early(view, max_diagonals)
     row_of = np.repeat(np.arange(rows, dtype=np.int64), np.diff(csr.indptr))
-    offsets = (csr.indices.astype(np.int64) - row_of % cols) % cols  # as _offsets, all entries
+    offsets = _offsets(csr.indices, row_of, cols)
     present = np.flatnonzero(np.bincount(offsets, minlength=cols))
     if present.size > max_diagonals:
         raise TooLarge(
