@@ -381,16 +381,22 @@ def _run_pool(
         while inflight:
             pool = _drain(coll, inflight, pool, runner_options, jobs)
     except KeyboardInterrupt:
-        # Finish the configs already running, store them, drop the rest.
+        # Finish the configs already running, store them, drop the rest. The executor's
+        # thread cancels queued futures after shutdown() returns, and wait() never reports a
+        # cancelled future as done, so they are dropped every round, not once (else: a hang).
         pool.shutdown(wait=False, cancel_futures=True)
-        for future in list(inflight):
-            if future.cancelled():
-                del inflight[future]
-        while inflight:
+        while _drop_cancelled(inflight):
             _drain(coll, inflight, pool, runner_options, jobs, rebuild=False)
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _drop_cancelled(inflight: dict[Future, tuple[_Plan, list[Config]]]) -> bool:
+    """Forget the cancelled futures (their matrices stay unfinished); whether any remain."""
+    for future in [f for f in inflight if f.cancelled()]:
+        del inflight[future]
+    return bool(inflight)
 
 
 def _drain(
