@@ -1,0 +1,94 @@
+"""The quiet-machine protocol: one timing at a time machine-wide, other jobs seen, load read."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cognate import timing
+from cognate.errors import CognateError
+
+_HOLD = """
+import sys, time
+from cognate import timing
+with timing.{what}:
+    print("held", flush=True)
+    time.sleep(float(sys.argv[1]))
+"""
+
+
+@pytest.fixture(autouse=True)
+def private_locks(tmp_path, monkeypatch):
+    monkeypatch.setenv(timing.LOCK_ENV, str(tmp_path / "timing.lock"))
+    monkeypatch.setenv(timing.JOBS_ENV, str(tmp_path / "jobs"))
+
+
+def _holder(what: str, seconds: float) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLD.format(what=what), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_timing_lock_excludes_another_process_until_it_exits():
+    proc = _holder("timing_lock()", 30)
+    try:
+        assert timing.lock_held_elsewhere()
+        with pytest.raises(CognateError, match="still held"):
+            with timing.timing_lock(wait_s=0.3):
+                pass
+    finally:
+        proc.kill()
+        proc.wait()
+    # a killed holder leaves no stale lock behind
+    messages = []
+    with timing.timing_lock(wait_s=5, on_wait=messages.append):
+        pass
+    assert not timing.lock_held_elsewhere()
+
+
+def test_waiting_for_the_lock_says_why():
+    proc = _holder("timing_lock()", 0.5)
+    messages = []
+    start = time.monotonic()
+    with timing.timing_lock(wait_s=20, on_wait=messages.append):
+        waited = time.monotonic() - start
+    proc.wait()
+    assert messages and "another cognate process is timing" in messages[0]
+    assert waited > 0.1
+
+
+def test_other_jobs_sees_live_markers_and_drops_dead_ones():
+    proc = _holder("job_marker('collect-spade')", 30)
+    try:
+        others = timing.other_jobs()
+        assert others == [f"{proc.pid}.collect-spade"]
+        load = timing.machine_load(threads=1, sample_s=0.05)
+        assert load.busy and "1 other cognate job(s)" in load.line()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert timing.other_jobs() == []
+    assert not (timing.jobs_dir() / f"{proc.pid}.collect-spade").exists()
+
+
+def test_busy_loops_make_the_machine_busy():
+    loops = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(timing.cores())
+    ]
+    try:
+        time.sleep(0.3)
+        load = timing.machine_load(sample_s=0.5)
+    finally:
+        for proc in loops:
+            proc.kill()
+            proc.wait()
+    assert load.busy_cores > timing.cores() - 0.7
+    assert load.busy and load.line().startswith("timings unreliable: load ")
+    assert load.as_dict()["unreliable"] is True
