@@ -119,6 +119,9 @@ def test_quick_writes_report_plots_and_results(quick_out: Path) -> None:
         "raw latent",
         "1.47x",
         "stand-in source",
+        "### Against non-learned baselines",
+        "cheap-feature GBT selector",
+        "greedy fixed 5-set",
     ):
         assert text in report, text
     pngs = sorted(p.name for p in quick_out.glob("*.png"))
@@ -131,6 +134,13 @@ def test_quick_writes_report_plots_and_results(quick_out: Path) -> None:
     est = tl["estimates"]["top1"]
     assert est["low"] <= est["mean"] <= est["high"]
     assert 0 < tl["estimates"]["pct_top5"]["mean"] <= 1.0 + 1e-9  # best of top-5 <= oracle
+    compared = json.loads((quick_out / "results.json").read_text())["ops"]["spmm"]["baselines"]
+    assert [c["baseline"] for c in compared] == ["fixed", "gbt", "random"]
+    for c in compared:
+        assert c["matrices"] == tl["matrices"]  # paired: the same test matrices
+        # a greedy set's best of 5 is never below its own first pick
+        assert c["top5"]["mean"] >= c["top1"]["mean"] - 1e-9
+        assert c["ratio_top5"]["low"] <= c["ratio_top5"]["mean"] <= c["ratio_top5"]["high"]
 
 
 def test_quick_split_hygiene(quick_out: Path) -> None:

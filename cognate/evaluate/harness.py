@@ -138,6 +138,10 @@ class OpData:
         by_key = {r.key: r.matrix.name for r in self.runs}
         return sorted(by_key[k] for k in keys)
 
+    def train_runs(self) -> list[MatrixRuns]:
+        train = set(self.train)
+        return [r for r in self.runs if r.key in train and r.baseline is not None]
+
     def test_runs(self) -> list[MatrixRuns]:
         test = set(self.test)
         return [r for r in self.runs if r.key in test and r.baseline is not None]

@@ -52,6 +52,7 @@ def summarize(cell_results: list[dict[str, Any]], n_boot: int) -> list[dict[str,
                 "matrices": names,
                 "estimates": {m: vars(e) for m, e in estimates.items()},
                 "per_matrix_mean": per_matrix,
+                "per_seed": {m: a[m].tolist() for m in ("top1", "top5")},
             }
         )
     return rows
@@ -117,6 +118,79 @@ def answers(rows: list[dict[str, Any]], tl_k: int) -> list[str]:
                 f"How many target matrices does NT need to match TL-{tl_k} ({label}, "
                 f"{target.text()})? **{match['k']}**: NT-{match['k']} reaches {e.text()} "
                 f"(within {MATCH_RTOL:.0%} of TL's mean; CIs {overlap})."
+            )
+    return lines
+
+
+# --- non-learned baselines ----------------------------------------------------------------
+
+BASELINE_LABELS = {
+    "fixed": "best fixed config / greedy fixed 5-set",
+    "gbt": "cheap-feature GBT selector",
+    "random": "random search (expected)",
+}
+
+
+def baseline_comparison(
+    baselines: dict[str, dict[str, dict[str, float]]],
+    learned: dict[str, Any] | None,
+    n_boot: int,
+) -> list[dict[str, Any]]:
+    """Per baseline: its top-1 / top-5 and, paired with ``learned`` (same test matrices, each
+    seed against the one baseline), the ratio learned / baseline with a bootstrap CI."""
+    out = []
+    for name, picks in baselines.items():
+        names = sorted(picks["top1"])
+        row: dict[str, Any] = {"baseline": name, "matrices": names}
+        for metric, key in (("top1", "top1"), ("top5", "topk")):
+            values = np.array([[picks[key][n] for n in names]])
+            row[metric] = vars(bootstrap_ci([values], mean_of_geomeans, n_boot))
+            if learned is None:
+                continue
+            common = [n for n in names if n in learned["matrices"]]
+            idx = [learned["matrices"].index(n) for n in common]
+            mine = np.asarray(learned["per_seed"][metric])[:, idx]
+            theirs = np.tile([picks[key][n] for n in common], (mine.shape[0], 1))
+            row[f"ratio_{metric}"] = vars(bootstrap_ci([mine, theirs], mean_of_ratio, n_boot))
+        out.append(row)
+    return out
+
+
+def baseline_table(comparison: list[dict[str, Any]], learned_label: str) -> str:
+    head = (
+        f"| baseline (chosen on training matrices) | top-1 | best of 5 | "
+        f"{learned_label} top-1 / baseline top-1 | {learned_label} top-5 / baseline top-5 |"
+    )
+    lines = [head, "|" + "---|" * 5]
+    for row in comparison:
+        cells = [Estimate(**row[m]).text() for m in ("top1", "top5")]
+        cells += [
+            Estimate(**row[f"ratio_{m}"]).text() if f"ratio_{m}" in row else "n/a"
+            for m in ("top1", "top5")
+        ]
+        label = BASELINE_LABELS.get(row["baseline"], row["baseline"])
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def baseline_answers(comparison: list[dict[str, Any]], learned_label: str) -> list[str]:
+    """Plainly: does the learned model beat each baseline (paired CI above 1)?"""
+    lines = []
+    for row in comparison:
+        label = BASELINE_LABELS.get(row["baseline"], row["baseline"])
+        for metric, what in (("top1", "top-1"), ("top5", "best of top-5")):
+            if f"ratio_{metric}" not in row:
+                continue
+            e = Estimate(**row[f"ratio_{metric}"])
+            if e.low > 1:
+                verdict = "Yes"
+            elif e.high < 1:
+                verdict = "No, it loses"
+            else:
+                verdict = "Not conclusively (the CI spans 1)"
+            lines.append(
+                f"Does {learned_label} ({what}) beat the {label}? **{verdict}**: "
+                f"ratio {e.text()} (paired, same test matrices)."
             )
     return lines
 

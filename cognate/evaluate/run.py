@@ -19,7 +19,7 @@ from rich.progress import (
 )
 
 from cognate.errors import CognateError
-from cognate.evaluate import harness, report
+from cognate.evaluate import baselines, harness, report
 from cognate.evaluate.harness import TL, Log, OpData
 from cognate.evaluate.preset import ExperimentPreset
 from cognate.paths import shared_dir
@@ -99,6 +99,10 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
             )
     log(f"{data.op}: embeddings {cache.hits} reused, {cache.misses} computed")
     floor = harness.random_pick(data.test_runs())
+    rows = report.ordered(report.summarize(results, preset.bootstrap))
+    log(f"{data.op}: non-learned baselines (chosen on the {len(data.train)} training matrices)")
+    picks = baselines.all_baselines(data.space, data.train_runs(), data.test_runs(), k=5)
+    learned = next((r for r in rows if r["variant"] == TL and r["k"] == tl_k(preset, rows)), None)
     return {
         "source": data.source_name,
         "data": _sizes(data),
@@ -113,7 +117,10 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
         "pretrained": pretrained.name,
         "cells": results,
         "random_pick": floor,
-        "rows": report.ordered(report.summarize(results, preset.bootstrap)),
+        "rows": rows,
+        "baselines": report.baseline_comparison(
+            {name: vars(p) for name, p in picks.items()}, learned, preset.bootstrap
+        ),
     }
 
 
@@ -210,6 +217,7 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
             "",
             report.markdown_table(rows, floor),
             "",
+            *_baseline_section(res, k),
         ]
         capped = sorted({m for m in preset.matrices if m > d["train"]})
         if capped:
@@ -220,6 +228,26 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
+
+
+def _baseline_section(res: dict[str, Any], k: int) -> list[str]:
+    comparison = res.get("baselines")
+    if not comparison:
+        return []
+    label = f"TL-{k}"
+    return [
+        "### Against non-learned baselines (test split)",
+        "",
+        "Each baseline is chosen on the training matrices only (all of them, not K) and gets "
+        "the same budget: one pick (top-1) or five measured picks (top-5). Ratios are "
+        f"{label}'s per-seed geomean over the baseline's, paired on the same test matrices, "
+        "with a 95% bootstrap CI.",
+        "",
+        *[f"- {line}" for line in report.baseline_answers(comparison, label)],
+        "",
+        report.baseline_table(comparison, label),
+        "",
+    ]
 
 
 def _span(pair: list[int] | None) -> str:

@@ -1,0 +1,227 @@
+"""Non-learned baselines a cost model must beat, chosen on training matrices only.
+
+Each baseline gets the same budget as the learned model's top-k (k measured configs per
+test matrix) and is scored like it: per test matrix, the speedup over the space's baseline
+config of its first pick (``top1``) and of the best of its k picks (``topk``).
+
+- ``fixed``: the single config with the best geomean speedup over the training matrices
+  (top1), and the greedy fixed set of k configs (each step adds the config that most raises
+  the geomean of the set's best), measured like top-k.
+- ``gbt``: a cheap-feature selector of the WISE / Seer kind: gradient-boosted trees
+  (scikit-learn's HistGradientBoostingRegressor) over matrix statistics and config knobs,
+  predicting log(runtime / baseline runtime); its k lowest predictions are the picks.
+- ``random``: random search with the same budget, in expectation (exact order statistics,
+  no sampling noise).
+
+A config a test matrix has no record of (not measured, or not runnable there) counts as the
+baseline config's time: a user whose fixed config cannot run falls back to the baseline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from cognate.model.train import MatrixRuns
+from cognate.space import Space
+
+BASELINES = ("fixed", "gbt", "random")
+# A fixed config must be measured on this share of the training matrices to be eligible:
+# a config seen on 2 matrices has a geomean of noise.
+_MIN_COVERAGE = 0.9
+
+
+@dataclass(frozen=True)
+class Picks:
+    """Per test matrix: speedup over the baseline config of the first pick and of the best
+    of the first k picks."""
+
+    top1: dict[str, float]
+    topk: dict[str, float]
+
+
+def _speedups(run: MatrixRuns) -> dict[str, float]:
+    base = run.runtimes[run.baseline]
+    return {c.hash: float(base / t) for c, t in zip(run.configs, run.runtimes, strict=True)}
+
+
+def _with_baseline(runs: Sequence[MatrixRuns]) -> list[MatrixRuns]:
+    return [r for r in runs if r.baseline is not None]
+
+
+# --- fixed configs -------------------------------------------------------------------------
+
+
+def greedy_fixed_set(train: Sequence[MatrixRuns], k: int) -> list[str]:
+    """Config hashes of the greedy fixed set of size ``k`` (its first is the best single one)."""
+    runs = _with_baseline(train)
+    if not runs:
+        return []
+    speedups = [_speedups(r) for r in runs]
+    counts: dict[str, int] = {}
+    for s in speedups:
+        for h in s:
+            counts[h] = counts.get(h, 0) + 1
+    eligible = sorted(h for h, n in counts.items() if n >= _MIN_COVERAGE * len(runs))
+    # log speedup matrix (configs x matrices); a missing record is the baseline (log 1 = 0)
+    logs = np.array([[np.log(s.get(h, 1.0)) for s in speedups] for h in eligible])
+    chosen: list[int] = []
+    best = np.full(len(runs), -np.inf)
+    for _ in range(min(k, len(eligible))):
+        gains = np.maximum(logs, best).mean(axis=1)
+        gains[chosen] = -np.inf
+        pick = int(np.argmax(gains))
+        chosen.append(pick)
+        best = np.maximum(best, logs[pick])
+    return [eligible[i] for i in chosen]
+
+
+def fixed_picks(train: Sequence[MatrixRuns], test: Sequence[MatrixRuns], k: int) -> Picks:
+    """The best fixed config (top1) and the greedy fixed k-set (topk), scored on ``test``."""
+    chosen = greedy_fixed_set(train, k)
+    return _score_ordered(test, lambda run: chosen)
+
+
+def _score_ordered(test: Sequence[MatrixRuns], order_of) -> Picks:
+    top1, topk = {}, {}
+    for run in _with_baseline(test):
+        s = _speedups(run)
+        picks = [s.get(h, 1.0) for h in order_of(run)] or [1.0]
+        top1[run.matrix.name] = picks[0]
+        topk[run.matrix.name] = max(picks)
+    return Picks(top1, topk)
+
+
+# --- cheap-feature selector ----------------------------------------------------------------
+
+
+def matrix_statistics(a: sp.csr_matrix) -> np.ndarray:
+    """Cheap structure statistics of the kind WISE and Seer select kernels with."""
+    rows, cols = a.shape
+    nnz = max(a.nnz, 1)
+    lengths = np.diff(a.indptr).astype(np.float64)
+    col_lengths = np.bincount(a.indices, minlength=cols).astype(np.float64)
+    row_of = np.repeat(np.arange(rows), np.diff(a.indptr))
+    # distance from the diagonal, in units of the longer side (rectangular matrices too)
+    offset = np.abs(a.indices * (rows / max(cols, 1)) - row_of) / max(rows, 1)
+    mean = lengths.mean()
+    return np.array(
+        [
+            np.log2(rows),
+            np.log2(cols),
+            np.log2(nnz),
+            np.log2(nnz / (rows * cols)),
+            mean,
+            lengths.std() / max(mean, 1e-9),  # row-length CV: load imbalance
+            lengths.max() / max(mean, 1e-9),
+            (lengths == 0).mean(),
+            col_lengths.std() / max(col_lengths.mean(), 1e-9),
+            offset.mean(),  # bandwidth profile
+            np.quantile(offset, 0.95),
+            (offset < 0.01).mean(),  # diagonal concentration
+        ]
+    )
+
+
+def config_features(space: Space, run: MatrixRuns) -> np.ndarray:
+    """Per config: the loop-nest view (log2 strips, loop positions) and the target's own knobs."""
+    shape = run.matrix.shape
+    rows = []
+    for config in run.configs:
+        nest = space.loop_nest(config, shape, run.width)
+        order = sorted(nest.order)
+        rows.append(
+            np.concatenate(
+                [
+                    np.log2([nest.i_split, nest.k_split, nest.j_split]),
+                    [nest.order.index(name) for name in order],
+                    np.asarray(space.knob_features(config), dtype=np.float64).ravel(),
+                ]
+            )
+        )
+    return np.asarray(rows)
+
+
+def _design(space: Space, run: MatrixRuns, stats: np.ndarray) -> np.ndarray:
+    knobs = config_features(space, run)
+    context = np.tile(np.append(stats, np.log2(run.width)), (len(knobs), 1))
+    return np.hstack([context, knobs])
+
+
+def gbt_picks(
+    space: Space,
+    train: Sequence[MatrixRuns],
+    test: Sequence[MatrixRuns],
+    k: int,
+    seed: int = 0,
+) -> Picks:
+    """Gradient-boosted trees over matrix statistics + knobs; picks its k lowest predictions."""
+    from sklearn.ensemble import HistGradientBoostingRegressor  # heavy import: only here
+
+    stats: dict[str, np.ndarray] = {}
+
+    def stats_of(run: MatrixRuns) -> np.ndarray:
+        if run.key not in stats:
+            stats[run.key] = matrix_statistics(run.matrix.csr)
+        return stats[run.key]
+
+    runs = _with_baseline(train)
+    x = np.vstack([_design(space, r, stats_of(r)) for r in runs])
+    y = np.concatenate([np.log(r.runtimes / r.runtimes[r.baseline]) for r in runs])
+    model = HistGradientBoostingRegressor(max_iter=300, learning_rate=0.1, random_state=seed)
+    model.fit(x, y)
+
+    def order_of(run: MatrixRuns) -> list[str]:
+        predicted = model.predict(_design(space, run, stats_of(run)))
+        return [run.configs[i].hash for i in np.argsort(predicted, kind="stable")[:k]]
+
+    return _score_ordered(test, order_of)
+
+
+# --- random search -------------------------------------------------------------------------
+
+
+def expected_best_of(speedups: np.ndarray, k: int) -> float:
+    """Geometric expectation of the best of k distinct configs drawn uniformly at random.
+
+    With the n log speedups sorted descending, the best of a k-subset is the i-th largest
+    with probability C(n-1-i, k-1) / C(n, k); exact, so the floor carries no sampling noise.
+    """
+    logs = np.sort(np.log(speedups))[::-1]
+    n = len(logs)
+    k = min(k, n)
+    i = np.arange(n)
+    # C(n-1-i, k-1) / C(n, k), via log-gamma for large n
+    from scipy.special import gammaln
+
+    def log_comb(a: np.ndarray, b: int) -> np.ndarray:
+        return gammaln(a + 1) - gammaln(b + 1) - gammaln(a - b + 1)
+
+    valid = (n - 1 - i) >= (k - 1)
+    weights = np.zeros(n)
+    weights[valid] = np.exp(log_comb(n - 1 - i[valid], k - 1) - log_comb(np.array(n), k))
+    return float(np.exp(np.dot(weights, logs)))
+
+
+def random_picks(test: Sequence[MatrixRuns], k: int) -> Picks:
+    """Random search with k measurements, in expectation (top1 = one random config)."""
+    top1, topk = {}, {}
+    for run in _with_baseline(test):
+        s = run.runtimes[run.baseline] / run.runtimes
+        top1[run.matrix.name] = expected_best_of(s, 1)
+        topk[run.matrix.name] = expected_best_of(s, k)
+    return Picks(top1, topk)
+
+
+def all_baselines(
+    space: Space, train: Sequence[MatrixRuns], test: Sequence[MatrixRuns], k: int = 5
+) -> dict[str, Picks]:
+    """Every baseline of this module, chosen on ``train``, scored on ``test``."""
+    return {
+        "fixed": fixed_picks(train, test, k),
+        "gbt": gbt_picks(space, train, test, k),
+        "random": random_picks(test, k),
+    }
