@@ -245,7 +245,33 @@ def test_finetune_cli_records_each_ablation(
     if "--from-scratch" in flags:
         assert meta["transfer"]["copied"] == {}
     else:
-        assert meta["transfer"]["copied"]["heterogeneous"] == ("--latent" not in flags)
+        # the source is spade-sddmm: its autoencoder's latent means nothing to spade-spmm's
+        assert meta["transfer"]["copied"]["heterogeneous"] is False
+
+
+def test_latent_weights_carry_over_only_within_one_space(
+    store: Path, pretrained: Path, tmp_path: Path
+) -> None:
+    from cognate.cli.pretrain import load_runs
+    from cognate.model.preset import preset_from_dict
+    from cognate.model.train import save_checkpoint, train
+    from cognate.transfer.finetune import FinetuneOptions, finetune, transfer_encoder
+
+    space = get_target("spade").space("spmm")
+    runs = load_runs(store, space)
+    encoder = transfer_encoder(space, "cognate", "ae")
+    result = train(runs, space, preset_from_dict("tiny", TINY_PRESET), seed=0, encoder=encoder)
+    same = save_checkpoint(tmp_path / "same.safetensors", result.model, result.metadata)
+    opts = FinetuneOptions(matrices=2, seed=1, zero_shot=True)
+    out = finetune(same, runs, space, opts)
+    assert out.metadata["transfer"]["copied"]["heterogeneous"] is True
+    z = out.model.predictor[0].weight[:, -encoder.parts[1].dim :]
+    source_z = result.model.predictor[0].weight[:, -encoder.parts[1].dim :]
+    assert torch.equal(z, source_z)
+    # from another space (spade-sddmm) the zero-shot model's latent columns are zero
+    other = finetune(pretrained, runs, space, opts)
+    assert other.metadata["transfer"]["copied"]["heterogeneous"] is False
+    assert not other.model.predictor[0].weight[:, -encoder.parts[1].dim :].any()
 
 
 def test_finetune_is_reproducible_and_loads(store: Path, pretrained: Path, tmp_path: Path) -> None:

@@ -11,9 +11,11 @@ was trained with on any machine, whatever that machine's cache holds.
 
 Weights carry over by slot: the featurizer, the predictor and the context and homogeneous
 columns of the predictor's first layer come from the pretrained model. The heterogeneous
-columns are copied only when the widths agree (an autoencoder latent on both sides);
-otherwise they start at zero, so the zero-shot model ignores the target's own knobs rather
-than reading noise. The normalisation of the homogeneous slot stays the source's when the
+columns (the target's own knobs, z) are copied only when the source was trained on the
+same space (same autoencoder, so the same latent meaning); across targets they start at
+zero, even when both latents are 64-d autoencoder codes: the cpu autoencoder's latent
+dimensions mean nothing in the spade autoencoder's code, so copied weights would make the
+zero-shot model read noise. Zero columns make it ignore the target's own knobs instead. The normalisation of the homogeneous slot stays the source's when the
 slot holds loop-nest images (mappers cognate and random: the same vocabulary), and is
 recomputed on the target's configs otherwise (no runtimes are used for it).
 """
@@ -202,7 +204,9 @@ def _first_layer(model: CostModel) -> torch.nn.Linear:
     return model.predictor[0]
 
 
-def _transfer_weights(source: CostModel, target: CostModel, source_p_stats: bool) -> dict[str, Any]:
+def _transfer_weights(
+    source: CostModel, target: CostModel, source_p_stats: bool, same_space: bool
+) -> dict[str, Any]:
     """Copy the source's weights into ``target`` by slot; returns what was copied."""
     state = {k: v for k, v in source.state_dict().items() if not k.startswith("config_")}
     first = "predictor.0.weight"
@@ -210,7 +214,7 @@ def _transfer_weights(source: CostModel, target: CostModel, source_p_stats: bool
     target.load_state_dict(state, strict=False)
     context = source.featurizer.dim + 1
     src_w, dst_w = _first_layer(source).weight, _first_layer(target).weight
-    copy_z = src_w.shape[1] == dst_w.shape[1]
+    copy_z = same_space and src_w.shape[1] == dst_w.shape[1]
     keep = context + HOMOGENEOUS_DIM
     with torch.no_grad():
         dst_w.zero_()
@@ -290,6 +294,7 @@ def _fit_best(
     opts: FinetuneOptions,
     progress: ProgressFn | None,
     cache: EmbeddingCache | None = None,
+    same_space: bool = False,
 ) -> tuple[CostModel, dict[str, Any], list[dict[str, float]], dict[str, float]]:
     """Build the target model, carry the source's weights over, fine-tune, keep the best
     validation epoch. Returns (model, copied, history, best)."""
@@ -299,7 +304,7 @@ def _fit_best(
     model.set_normalisation(torch.cat([r.features for r in data.fit]))
     copied: dict[str, Any] = {}
     if not opts.from_scratch:
-        copied = _transfer_weights(source, model, opts.mapper != "none")
+        copied = _transfer_weights(source, model, opts.mapper != "none", same_space)
     start = copy.deepcopy(model.state_dict())
     embed = _frozen_embeddings(model, opts, cache)
     if opts.zero_shot:
@@ -348,7 +353,8 @@ def finetune(
     opts = options.resolved()
     source, source_meta = load_pretrained(pretrained)
     data = _prepare(runs, space, opts)
-    model, copied, history, best = _fit_best(source, data, opts, progress, cache)
+    same_space = (source_meta.get("space") or {}).get("name") == space.name
+    model, copied, history, best = _fit_best(source, data, opts, progress, cache, same_space)
     test_metrics = evaluate(model, data.test, _frozen_embeddings(model, opts, cache)(data.test))
     transfer = {
         "options": asdict(opts),
