@@ -178,6 +178,7 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
         f"- git revision: {results['git']}",
         f"- records: {results['db'] or 'collected here'} (read from `{results['records']}`)",
         f"- wall time: {results['wall_s'] / 60:.1f} min",
+        f"- featurizer: {_featurizer_words(preset)}",
         f"- seeds: {preset.seeds}; split seed {preset.split_seed}; "
         f"validation {preset.val_fraction:.0%}, test {preset.test_fraction:.0%} of the matrices",
         f"- selected on validation ({preset.select.metric}): freeze_featurizer in "
@@ -248,6 +249,19 @@ def _baseline_section(res: dict[str, Any], k: int) -> list[str]:
         report.baseline_table(comparison, label),
         "",
     ]
+
+
+def _featurizer_words(preset: ExperimentPreset) -> str:
+    """Which featurizer the numbers used: trained with the predictor on the source, or not."""
+    spec = harness.model_preset(preset).featurizer
+    shape = f"{len(spec.channels)} sparse-conv layers, up to {max(spec.channels)} channels"
+    if spec.trainable:
+        return f"trained with the cost model on the source records ({shape}); fine-tuning " + (
+            "keeps it frozen"
+            if preset.select.freeze_featurizer == [True]
+            else "may train it (chosen on validation)"
+        )
+    return f"a fixed, seeded random sparse-conv embedding, never trained ({shape})"
 
 
 def _span(pair: list[int] | None) -> str:
