@@ -37,3 +37,10 @@ def shared_dir() -> Path:
     """Real matrices and peer data: ``$COGNATE_SHARED``, else ../shared beside the checkout."""
     env = os.environ.get("COGNATE_SHARED")
     return Path(env).expanduser() if env else REPO_ROOT.parent / "shared"
+
+
+def corpus_dir() -> Path:
+    """Generated corpus root (``scripts/make_corpus.py`` writes its sets below it):
+    ``$COGNATE_CORPUS``, else ``<cognate home>/corpus``."""
+    env = os.environ.get("COGNATE_CORPUS")
+    return Path(env).expanduser() if env else cognate_home() / "corpus"

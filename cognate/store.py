@@ -376,8 +376,76 @@ class Store:
             raise CognateError(f"{path}: cannot write: {e.strerror or e}") from None
         return len(df)
 
+    def import_frame(self, df: pd.DataFrame) -> tuple[int, int]:
+        """Load exported records (``frame`` columns) into this store, one transaction.
 
-def _write_frame(df: pd.DataFrame, path: Path, suffix: str) -> None:
+        Rows the store already holds (same matrix, target, op, width, config, host) are kept
+        as they are: an import never overwrites a local measurement. Returns (added, kept).
+        """
+        missing = [c for c in _IMPORT_COLUMNS if c not in df.columns]
+        if missing:
+            raise CognateError(f"import: records lack column(s) {', '.join(missing)}")
+        if "counters" not in df.columns:
+            df = df.assign(counters="{}")
+        before = self._count()
+        with self._transaction() as conn:
+            for row in df.itertuples(index=False):
+                self._import_row(conn, row)
+        added = self._count() - before
+        return added, len(df) - added
+
+    def _count(self) -> int:
+        return int(self._conn.execute("SELECT count(*) FROM measurements").fetchone()[0])
+
+    @staticmethod
+    def _import_row(conn: sqlite3.Connection, row: Any) -> None:
+        conn.execute(
+            _UPSERT_MATRIX,
+            (row.matrix, row.source, row.matrix_sha256, int(row.rows), int(row.cols), int(row.nnz)),
+        )
+        conn.execute(
+            "INSERT INTO configs (target, op, space_version, json, hash) VALUES (?, ?, ?, ?, ?)"
+            " ON CONFLICT (hash) DO NOTHING",
+            (row.target, row.op, row.space_version, row.config, row.config_hash),
+        )
+        if row.status not in STATUSES:
+            raise CognateError(f"import: unknown status {row.status!r}")
+        conn.execute(
+            """INSERT INTO measurements (matrix_id, target, op, width, config_id, space_version,
+                   runtime_s, spread_s, counters, status, error, is_baseline, host, time)
+               VALUES ((SELECT id FROM matrices WHERE sha256 = ?), ?, ?, ?,
+                       (SELECT id FROM configs WHERE hash = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (matrix_id, target, op, width, config_id, host) DO NOTHING""",
+            (
+                row.matrix_sha256,
+                row.target,
+                row.op,
+                int(row.width),
+                row.config_hash,
+                row.space_version,
+                _finite_or_none(_none_if_nan(row.runtime_s)),
+                _finite_or_none(_none_if_nan(row.spread_s)),
+                _none_if_nan(row.counters) or "{}",
+                row.status,
+                _none_if_nan(row.error),
+                int(bool(row.is_baseline)),
+                row.host,
+                pd.Timestamp(row.time).isoformat(timespec="microseconds"),
+            ),
+        )
+
+
+# What an import needs (counters may be absent: a dataset may drop them).
+_IMPORT_COLUMNS = tuple(c for c in FRAME_COLUMNS if c != "counters")
+
+
+def _none_if_nan(value: Any) -> Any:
+    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+
+
+def _write_frame(
+    df: pd.DataFrame, path: Path, suffix: str, parquet_options: dict[str, Any] | None = None
+) -> None:
     """Write ``df`` to a temporary file beside ``path`` and rename it into place."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -386,7 +454,7 @@ def _write_frame(df: pd.DataFrame, path: Path, suffix: str) -> None:
         if suffix == ".csv":
             df.to_csv(tmp, index=False)
         else:
-            df.to_parquet(tmp, engine="pyarrow", index=False)
+            df.to_parquet(tmp, engine="pyarrow", index=False, **(parquet_options or {}))
         # mkstemp makes the file 0600; an export is meant to be read by others.
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)

@@ -1,4 +1,9 @@
-"""``cognate data export``: the record store as a Parquet (or CSV) table."""
+"""``cognate data export`` / ``cognate data import``: the record store as Parquet tables.
+
+``export -o FILE`` writes one table; ``export --dataset DIR`` writes the portable data set
+(one compressed file per target and op, matrix sources relative to the shared and corpus
+folders) that data/records/ holds; ``import`` loads such files into a store.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from cognate.store import Store, default_db_path
 
 def register(main: click.Group, data: click.Group) -> None:
     data.add_command(export)
+    data.add_command(import_records)
 
 
 @click.command()
@@ -27,19 +33,70 @@ def register(main: click.Group, data: click.Group) -> None:
     "-o",
     "--output",
     type=click.Path(dir_okay=False, path_type=Path),
-    required=True,
+    default=None,
     help="Output file: .parquet, or .csv.",
+)
+@click.option(
+    "--dataset",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Write the portable data set instead: DIR/<target>-<op>.parquet (zstd).",
+)
+@click.option(
+    "--drop-counters",
+    default="spade",
+    show_default=True,
+    help="With --dataset: comma-separated targets whose counters are left out "
+    "(a deterministic simulator's are recomputed by rerunning it).",
 )
 @click.option("--target", default=None, help="Only this target's records.")
 @click.option("--op", default=None, help="Only this op's records (spmm, sddmm).")
 @click.option("--status", type=click.Choice(STATUSES), default=None, help="Only this status.")
 def export(
-    db_path: Path | None, output: Path, target: str | None, op: str | None, status: str | None
+    db_path: Path | None,
+    output: Path | None,
+    dataset: Path | None,
+    drop_counters: str,
+    target: str | None,
+    op: str | None,
+    status: str | None,
 ) -> None:
-    """Export every measurement, joined with its matrix and config, to one table."""
+    """Export every measurement, joined with its matrix and config, to one table (-o) or
+    to the portable data set (--dataset)."""
+    if (output is None) == (dataset is None):
+        raise click.UsageError("give exactly one of -o FILE and --dataset DIR")
     db_path = db_path or default_db_path()
     if not db_path.is_file():  # never create an empty store just to export it
         raise CognateError(f"{db_path}: no such record store")
     with Store(db_path) as store:
-        rows = store.export(output, target=target, op=op, status=status)
-    click.echo(f"wrote {rows} records to {output}")
+        if output is not None:
+            rows = store.export(output, target=target, op=op, status=status)
+            click.echo(f"wrote {rows} records to {output}")
+            return
+        frame = store.frame(target=target, op=op, status=status)
+    from cognate.dataset import write_dataset
+
+    drop = {t.strip() for t in drop_counters.split(",") if t.strip()}
+    for name, rows in write_dataset(frame, dataset, drop).items():
+        size = (dataset / name).stat().st_size
+        click.echo(f"wrote {rows} records to {dataset / name} ({size / 1e6:.1f} MB)")
+
+
+@click.command("import")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--db",
+    "db_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Record store to load into (default: $COGNATE_HOME/records.sqlite; created if new).",
+)
+def import_records(paths: tuple[Path, ...], db_path: Path | None) -> None:
+    """Load exported records (Parquet files or data-set folders, e.g. data/records) into a
+    store. Records the store already holds are kept as they are."""
+    from cognate.dataset import read_dataset, summary
+
+    frame = read_dataset(list(paths))  # read and checked before the store is touched
+    with Store(db_path or default_db_path()) as store:
+        added, kept = store.import_frame(frame)
+    click.echo(f"imported {added} records ({kept} already there): {summary(frame)}")

@@ -28,7 +28,9 @@ def register(main: click.Group, data: click.Group) -> None:
 
 def load_record_matrix(row: pd.Series) -> Matrix:
     """Re-load a record's matrix from its source file and check it is the one measured."""
-    source = str(row["source"])
+    from cognate.dataset import local_source  # imported records name portable sources
+
+    source = local_source(str(row["source"]))
     if not source or not Path(source).is_file():
         raise CognateError(
             f"matrix {row['matrix']}: its source {source!r} is not a readable file "
