@@ -122,6 +122,9 @@ def test_quick_writes_report_plots_and_results(quick_out: Path) -> None:
         "### Against non-learned baselines",
         "cheap-feature GBT selector",
         "greedy fixed 5-set",
+        "TL active-1",
+        "Does TL-1-active (best of top-5) reach TL-1-random?",
+        "featurizer: a fixed, seeded random sparse-conv embedding",
     ):
         assert text in report, text
     pngs = sorted(p.name for p in quick_out.glob("*.png"))

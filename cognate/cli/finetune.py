@@ -65,6 +65,15 @@ def register(main: click.Group, data: click.Group) -> None:
     show_default=True,
     help="Ablation: autoencoder latent or raw knob features as the target part.",
 )
+@click.option(
+    "--select",
+    "selection",
+    type=click.Choice(["random", "active"]),
+    default="random",
+    show_default=True,
+    help="How the K target matrices are chosen: seeded random, or active (diverse in the "
+    "pretrained featurizer's embedding space: greedy k-center, no runtimes needed).",
+)
 @click.option("--from-scratch", is_flag=True, help="No pretrained weights (same architecture).")
 @click.option("--zero-shot", is_flag=True, help="No fine-tuning: score the pretrained model.")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the default.")
@@ -79,6 +88,7 @@ def finetune(
     freeze_featurizer: bool | None,
     mapper: str,
     latent: str,
+    selection: str,
     from_scratch: bool,
     zero_shot: bool,
     epochs: int | None,
@@ -103,6 +113,7 @@ def finetune(
         freeze_featurizer=freeze_featurizer,
         mapper=mapper,
         latent=latent,
+        select=selection,
         from_scratch=from_scratch,
         zero_shot=zero_shot,
         epochs=epochs,

@@ -46,6 +46,7 @@ from cognate.transfer.finetune import (
 
 Log = Callable[[str], None]
 TL, NT, ZERO_SHOT = "TL", "NT", "zero-shot"
+TL_ACTIVE = "TL active"
 
 
 # --- data ----------------------------------------------------------------------------------
@@ -367,9 +368,11 @@ def cells(preset: ExperimentPreset, n_train: int) -> list[Cell]:
     """Every (variant, K, seed) the preset asks for, K capped at the training split."""
     ks = sorted({min(k, n_train) for k in preset.matrices})
     k_abl = min(preset.ablation_matrices, n_train)
+    active = sorted({min(k, n_train) for k in preset.active_matrices})
     out = []
     for seed in preset.seeds:
         out += [Cell(v, k, seed) for k in ks for v in (TL, NT)]
+        out += [Cell(TL_ACTIVE, k, seed, (("select", "active"),)) for k in active]
         if preset.zero_shot:
             out.append(Cell(ZERO_SHOT, k_abl, seed, (("zero_shot", True),)))
         out += [

@@ -52,6 +52,9 @@ class ExperimentPreset(_Strict):
     matrices: list[int] = Field(min_length=1)
     ablation_matrices: int = Field(5, ge=1)
     ablations: list[str] = list(ABLATIONS)
+    # K values at which TL also runs with actively chosen target matrices (k-center in the
+    # pretrained embedding space) instead of random ones
+    active_matrices: list[int] = []
     zero_shot: bool = True
     finetune_epochs: int = Field(30, ge=1)
     patience: int = Field(6, ge=1)

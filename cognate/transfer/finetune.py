@@ -32,7 +32,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
@@ -65,6 +64,7 @@ from cognate.transfer.autoencoder import (  # also registers kind "ae"
     transfer_settings,
 )
 from cognate.transfer.mapper import HOMOGENEOUS_DIM, MAPPERS, homogeneous_encoder
+from cognate.transfer.select import SELECTIONS, pick_k_center, pick_random
 
 LATENTS: tuple[str, ...] = ("ae", "raw")
 AE_PREFIX = "ae"  # a fine-tuned model's autoencoder weights are saved as ae.*
@@ -87,6 +87,7 @@ class FinetuneOptions:
     val_fraction: float | None = None
     test_fraction: float | None = None
     split_seed: int | None = None
+    select: str = "random"  # how the K target matrices are chosen (transfer/select.py)
 
     def resolved(self) -> FinetuneOptions:
         defaults = transfer_settings().get("finetune") or {}
@@ -105,6 +106,10 @@ class FinetuneOptions:
             raise CognateError(f"unknown mapper {self.mapper!r}; expected {', '.join(MAPPERS)}")
         if self.latent not in LATENTS:
             raise CognateError(f"unknown latent {self.latent!r}; expected {', '.join(LATENTS)}")
+        if self.select not in SELECTIONS:
+            raise CognateError(
+                f"unknown selection {self.select!r}; expected {', '.join(SELECTIONS)}"
+            )
         if self.from_scratch and self.zero_shot:
             raise CognateError("--from-scratch and --zero-shot exclude each other")
         if not (isinstance(self.matrices, int) and self.matrices >= 1):
@@ -133,12 +138,7 @@ def split_target(
 
 def pick_matrices(train_keys: Sequence[str], k: int, seed: int) -> list[str]:
     """``k`` of the training matrices, drawn with ``seed`` (sorted)."""
-    if k > len(train_keys):
-        raise CognateError(
-            f"--matrices {k}: the target training split has only {len(train_keys)} matrices"
-        )
-    chosen = np.random.default_rng(seed).choice(len(train_keys), k, replace=False)
-    return sorted(train_keys[int(i)] for i in chosen)
+    return pick_random(train_keys, k, seed)
 
 
 class EmbeddingCache:
@@ -266,13 +266,24 @@ class _TargetData:
     names: dict[str, str]
 
 
-def _prepare(runs: Sequence[MatrixRuns], space: Space, opts: FinetuneOptions) -> _TargetData:
-    """Split the target's matrices, pick the fine-tuning ones, encode every split."""
+def _prepare(
+    runs: Sequence[MatrixRuns],
+    space: Space,
+    opts: FinetuneOptions,
+    embed: Embeddings | None = None,
+) -> _TargetData:
+    """Split the target's matrices, pick the fine-tuning ones, encode every split.
+    ``embed``: the source model's embeddings, which ``select="active"`` picks by."""
     encoder = transfer_encoder(space, opts.mapper, opts.latent, opts.seed)
     train_keys, val_keys, test_keys = split_target(
         [r.key for r in runs], opts.val_fraction, opts.test_fraction, opts.split_seed
     )
-    picked = pick_matrices(train_keys, opts.matrices, opts.seed)
+    if opts.select == "active":
+        train_set = set(train_keys)
+        train_runs = list({r.key: r for r in runs if r.key in train_set}.values())
+        picked = pick_k_center(train_keys, opts.matrices, opts.seed, embed(train_runs))
+    else:
+        picked = pick_matrices(train_keys, opts.matrices, opts.seed)
     keys = {"train": train_keys, "validation": val_keys, "test": test_keys, "finetune": picked}
     data = _TargetData(
         encoder,
@@ -326,6 +337,13 @@ def _fit_best(
 Embeddings = Callable[[Sequence[MatrixRuns]], dict[str, torch.Tensor]]
 
 
+def _source_embeddings(source: CostModel, cache: EmbeddingCache | None) -> Embeddings:
+    """runs -> {key: embedding} under the pretrained featurizer (what active selection uses)."""
+    if cache is not None:
+        return lambda runs: cache.embeddings(source, runs)
+    return lambda runs: _Embedder(source).all(runs)
+
+
 def _frozen_embeddings(
     model: CostModel, opts: FinetuneOptions, cache: EmbeddingCache | None
 ) -> Embeddings:
@@ -352,7 +370,7 @@ def finetune(
     reuses embeddings across calls while the featurizer is frozen (same numbers)."""
     opts = options.resolved()
     source, source_meta = load_pretrained(pretrained)
-    data = _prepare(runs, space, opts)
+    data = _prepare(runs, space, opts, _source_embeddings(source, cache))
     same_space = (source_meta.get("space") or {}).get("name") == space.name
     model, copied, history, best = _fit_best(source, data, opts, progress, cache, same_space)
     test_metrics = evaluate(model, data.test, _frozen_embeddings(model, opts, cache)(data.test))
