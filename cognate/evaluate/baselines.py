@@ -57,19 +57,22 @@ def _with_baseline(runs: Sequence[MatrixRuns]) -> list[MatrixRuns]:
 
 def greedy_fixed_set(train: Sequence[MatrixRuns], k: int) -> list[str]:
     """Config hashes of the greedy fixed set of size ``k`` (its first is the best single one)."""
-    runs = _with_baseline(train)
-    if not runs:
+    return greedy_set([_speedups(r) for r in _with_baseline(train)], k)
+
+
+def greedy_set(speedups: Sequence[dict[str, float]], k: int) -> list[str]:
+    """Greedy fixed set over per-matrix {config hash: speedup over the baseline} maps."""
+    if not speedups:
         return []
-    speedups = [_speedups(r) for r in runs]
     counts: dict[str, int] = {}
     for s in speedups:
         for h in s:
             counts[h] = counts.get(h, 0) + 1
-    eligible = sorted(h for h, n in counts.items() if n >= _MIN_COVERAGE * len(runs))
+    eligible = sorted(h for h, n in counts.items() if n >= _MIN_COVERAGE * len(speedups))
     # log speedup matrix (configs x matrices); a missing record is the baseline (log 1 = 0)
     logs = np.array([[np.log(s.get(h, 1.0)) for s in speedups] for h in eligible])
     chosen: list[int] = []
-    best = np.full(len(runs), -np.inf)
+    best = np.full(len(speedups), -np.inf)
     for _ in range(min(k, len(eligible))):
         gains = np.maximum(logs, best).mean(axis=1)
         gains[chosen] = -np.inf
