@@ -4,7 +4,7 @@
 #
 #   scripts/train_shipped_models.sh [--db PATH] [--out DIR] [--preset NAME] [--epochs N]
 #                                   [--spade finetune|pretrain] [--spade-matrices N]
-#                                   [--only TARGET-OP]... [--threads N]
+#                                   [--only TARGET-OP]... [--threads N] [--hold-out F]
 #
 # Per op (spmm, sddmm):
 #   cpu-<op>   = cognate pretrain on the store's cpu records
@@ -13,7 +13,10 @@
 #                spade records directly.
 # A (target, op) without records in the store is skipped with a message, not an error.
 # The store is snapshotted first (sqlite3 .backup), so a collection may keep writing to it.
-# Each model gets <model>.provenance.json: command, data size, validation metrics, git revision.
+# Each model gets <model>.provenance.json: command, data size, the names of its training,
+# validation and held-out matrices, validation metrics, held-out metrics, git revision.
+# --hold-out F (pretrain only): F of the matrices are never trained on or used for epoch
+# selection; the model is scored on them once (README numbers come from these).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,6 +30,7 @@ SPADE_MODE=finetune
 SPADE_MATRICES=""
 ONLY=""
 THREADS=""
+HOLD_OUT=""
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,6 +42,7 @@ while [ $# -gt 0 ]; do
     --spade-matrices) SPADE_MATRICES="$2"; shift 2 ;;
     --only) ONLY="$ONLY $2"; shift 2 ;;  # e.g. --only cpu-spmm: train just that model
     --threads) THREADS="$2"; shift 2 ;;  # torch threads for pretrain (1 is fastest on a busy box)
+    --hold-out) HOLD_OUT="$2"; shift 2 ;;
     -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "train_shipped_models.sh: unknown argument $1" >&2; exit 2 ;;
   esac
@@ -102,6 +107,7 @@ doc = {
         "widths": sorted(int(w) for w in frame["width"].unique()) if len(frame) else [],
         "split_sizes": {k: len(v) for k, v in split.items() if isinstance(v, list)},
     },
+    "matrices": {k: sorted(m["name"] for m in v) for k, v in split.items() if isinstance(v, list)},
     "target": meta["target"],
     "op": meta["op"],
     "space": meta["space"],
@@ -121,6 +127,7 @@ epochs_args=()
 [ -n "$EPOCHS" ] && epochs_args=(--epochs "$EPOCHS")
 threads_args=()
 [ -n "$THREADS" ] && threads_args=(--threads "$THREADS")
+[ -n "$HOLD_OUT" ] && threads_args+=(--hold-out "$HOLD_OUT")
 wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 for op in spmm sddmm; do

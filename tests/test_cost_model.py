@@ -372,6 +372,26 @@ def test_pretrain_command_writes_a_loadable_model(spade_store, spade_space, tmp_
     assert len(meta["split"]["train"]) + len(meta["split"]["validation"]) == 10
 
 
+def test_pretrain_hold_out_never_trains_or_selects_on_its_matrices(
+    spade_store, spade_space, tmp_path, capsys
+):
+    out = tmp_path / "model.safetensors"
+    argv = ["pretrain", "--db", str(spade_store), "--target", "spade", "--op", "spmm"]
+    rc = run_cli([*argv, "--epochs", "1", "--threads", "1", "--hold-out", "0.3", "-o", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "held out (3 matrices, never trained on)" in err
+    _, _, meta = load_checkpoint(out, spade_space)
+    split = {
+        part: {m["sha256"] for m in meta["split"][part]} for part in meta["split"] if part != "seed"
+    }
+    assert len(split["test"]) == 3
+    assert not split["test"] & (split["train"] | split["validation"])
+    assert len(split["train"] | split["validation"]) == 7
+    test = meta["metrics"]["test"]
+    assert 0 < test["top1"] <= test["oracle"] and test["top5"] <= test["oracle"]
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

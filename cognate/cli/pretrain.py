@@ -88,6 +88,15 @@ def _progress_bar(console: Console) -> Progress:
     default=None,
     help="torch threads (default: torch's). On a busy machine 1 is often fastest.",
 )
+@click.option(
+    "--hold-out",
+    type=click.FloatRange(0, 0.5, max_open=True),
+    default=0.0,
+    show_default=True,
+    help="Fraction of the matrices (seeded by --seed, split by matrix as `cognate evaluate` "
+    "splits its test set) never used for training or epoch selection; scored once at the end "
+    "and named in the model's metadata.",
+)
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Model file.")
 def pretrain(
     db: Path,
@@ -97,6 +106,7 @@ def pretrain(
     epochs: int | None,
     seed: int,
     threads: int | None,
+    hold_out: float,
     output: Path,
 ) -> None:
     """Train a cost model (featurizer + ranking predictor) on measured runtimes.
@@ -118,7 +128,7 @@ def pretrain(
         torch.set_num_threads(threads)
     space = get_target(target).space(op)
     console = Console(stderr=True)
-    runs = load_runs(db, space)
+    runs, held_out = _hold_out(load_runs(db, space), hold_out, seed)
     n_matrices = len({r.key for r in runs})
     console.print(
         f"{n_matrices} matrices, {len(runs)} (matrix, width) groups, "
@@ -144,9 +154,22 @@ def pretrain(
                 **({"status": status} if status else {}),
             )
 
-        result = train(runs, space, spec, seed=seed, progress=progress)
+        result = train(runs, space, spec, seed=seed, progress=progress, held_out=held_out)
     save_checkpoint(output, result.model, result.metadata)
     _print_summary(console, result.metadata, output)
+
+
+def _hold_out(
+    runs: list[MatrixRuns], fraction: float, seed: int
+) -> tuple[list[MatrixRuns], list[MatrixRuns]]:
+    """(training runs, held-out runs): ``fraction`` of the matrices set aside by matrix."""
+    if not fraction:
+        return runs, []
+    from cognate.model.train import split_matrices
+
+    _, test = split_matrices(sorted({r.key for r in runs}), fraction, seed)
+    test = set(test)
+    return [r for r in runs if r.key not in test], [r for r in runs if r.key in test]
 
 
 def _print_summary(console: Console, meta: dict, output: Path) -> None:
@@ -162,4 +185,11 @@ def _print_summary(console: Console, meta: dict, output: Path) -> None:
         f"{100 * best['top5_of_oracle']:.1f}%",
     )
     console.print(table)
+    test = meta["metrics"].get("test")
+    if test:
+        console.print(
+            f"held out ({len(meta['split']['test'])} matrices, never trained on): "
+            f"top-1 {test['top1']:.3f}x, top-5 {test['top5']:.3f}x, oracle {test['oracle']:.3f}x, "
+            f"top-5 / oracle {100 * test['top5_of_oracle']:.1f}%"
+        )
     console.print(f"model written to {output}")

@@ -175,10 +175,13 @@ def train(
     seed: int = 0,
     encoder: ConfigEncoder | None = None,
     progress: ProgressFn | None = None,
+    held_out: Sequence[MatrixRuns] = (),
 ) -> TrainResult:
     """Train a fresh cost model on ``runs``; returns the best-validation model and metadata.
 
-    Fills in each run's ``features`` (its configs' encodings) when absent.
+    Fills in each run's ``features`` (its configs' encodings) when absent. ``held_out``
+    runs (matrices outside ``runs``) never touch training or epoch selection: the chosen
+    model is scored on them once, into the metadata's ``split.test`` / ``metrics.test``.
     """
     if len({r.key for r in runs}) < 2:
         raise CognateError("training needs measured configs of at least 2 matrices")
@@ -203,7 +206,25 @@ def train(
         },
         "metrics": {"best_epoch": best["epoch"], "best": best, "history": history},
     }
+    if held_out:
+        _score_held_out(model, held_out, encoder, metadata)
     return TrainResult(model, metadata)
+
+
+def _score_held_out(
+    model: CostModel, held_out: Sequence[MatrixRuns], encoder: ConfigEncoder, metadata: dict
+) -> None:
+    if {r.key for r in held_out} & {
+        m["sha256"] for part in ("train", "validation") for m in metadata["split"][part]
+    }:
+        raise CognateError("held-out matrices must not be among the training runs")
+    _encode_all(held_out, encoder)
+    model.eval()
+    with torch.no_grad():
+        metrics = evaluate(model, held_out)
+    names = {r.key: r.matrix.name for r in held_out}
+    metadata["split"]["test"] = [{"sha256": k, "name": n} for k, n in sorted(names.items())]
+    metadata["metrics"]["test"] = metrics
 
 
 def _checkpoint_metadata(
