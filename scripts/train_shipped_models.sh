@@ -125,9 +125,9 @@ EOF
 
 epochs_args=()
 [ -n "$EPOCHS" ] && epochs_args=(--epochs "$EPOCHS")
-threads_args=()
-[ -n "$THREADS" ] && threads_args=(--threads "$THREADS")
-[ -n "$HOLD_OUT" ] && threads_args+=(--hold-out "$HOLD_OUT")
+pretrain_args=()
+[ -n "$THREADS" ] && pretrain_args=(--threads "$THREADS")
+[ -n "$HOLD_OUT" ] && pretrain_args+=(--hold-out "$HOLD_OUT")
 wanted() { [ -z "$ONLY" ] || [[ " $ONLY " == *" $1 "* ]]; }
 
 for op in spmm sddmm; do
@@ -139,7 +139,7 @@ for op in spmm sddmm; do
   if ! wanted "cpu-$op"; then
     :
   elif [ "$cpu_ok" -gt 0 ]; then
-    cmd=(pretrain --db "$SNAP" --target cpu --op "$op" --preset "$PRESET" "${epochs_args[@]}" "${threads_args[@]}" -o "$cpu_model")
+    cmd=(pretrain --db "$SNAP" --target cpu --op "$op" --preset "$PRESET" "${epochs_args[@]}" "${pretrain_args[@]}" -o "$cpu_model")
     echo "== cognate ${cmd[*]}"
     cognate "${cmd[@]}"
     provenance "$cpu_model" "${cmd[@]}"
@@ -157,7 +157,7 @@ for op in spmm sddmm; do
     cmd=(finetune --model "$cpu_model" --db "$SNAP" --target spade --op "$op" "${epochs_args[@]}" -o "$spade_model")
     [ -n "$SPADE_MATRICES" ] && cmd+=(--matrices "$SPADE_MATRICES")
   else
-    cmd=(pretrain --db "$SNAP" --target spade --op "$op" --preset "$PRESET" "${epochs_args[@]}" "${threads_args[@]}" -o "$spade_model")
+    cmd=(pretrain --db "$SNAP" --target spade --op "$op" --preset "$PRESET" "${epochs_args[@]}" "${pretrain_args[@]}" -o "$spade_model")
   fi
   echo "== cognate ${cmd[*]}"
   cognate "${cmd[@]}"
