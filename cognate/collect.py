@@ -23,13 +23,11 @@ import os
 import pickle
 import signal
 import socket
-import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
 from concurrent.futures import wait as wait_futures
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,6 +44,15 @@ from rich.progress import (
 from cognate import targets
 from cognate.config import Config
 from cognate.errors import CognateError
+from cognate.lifetime import (
+    descendants,
+    die_with_parent,
+    exit_code_of,
+    kill_all,
+    start_reaper,
+    stop_signals_deferred,
+    stop_signals_raise,
+)
 from cognate.matrix import Matrix
 from cognate.runner import STATUSES, Measurement, Runner
 from cognate.space import Space
@@ -67,11 +74,12 @@ class CollectSummary:
     statuses: Counter[str] = field(default_factory=Counter)
     failures: list[tuple[str, str]] = field(default_factory=list)  # (path, one-line reason)
     interrupted: bool = False
+    stop_exit_code: int = 130  # 128 + the signal that stopped the run (SIGINT, TERM, HUP)
 
     @property
     def exit_code(self) -> int:
         if self.interrupted:
-            return 130
+            return self.stop_exit_code
         return 1 if self.failures else 0
 
     def line(self) -> str:
@@ -176,22 +184,6 @@ def _describe(exc: BaseException) -> str:
     return _one_line(f"{type(exc).__name__}: {exc}")
 
 
-@contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Hold Ctrl-C while a batch is committed; raise it right after the commit."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
-    if caught:
-        raise KeyboardInterrupt
-
-
 def _chunks(items: Sequence[Config], size: int) -> Iterator[list[Config]]:
     for start in range(0, len(items), size):
         yield list(items[start : start + size])
@@ -264,7 +256,7 @@ class _Collection:
         if not measurements:
             return
         options = {"host": host} if host else {}
-        with _sigint_deferred():
+        with stop_signals_deferred():
             self.store.record(
                 plan.matrix,
                 self.target.name,
@@ -323,10 +315,17 @@ def _run_sequential(coll: _Collection, plans: Iterator[_Plan], runner: Runner, b
 _WORKER_RUNNER: Runner | None = None
 
 
-def _pool_init(target: targets.Target | str, runner_options: dict[str, Any]) -> None:
-    """Worker start: Ctrl-C is the driver's business; build the runner once."""
+def _pool_init(
+    target: targets.Target | str, runner_options: dict[str, Any], parent_pid: int
+) -> None:
+    """Worker start: stop signals are the driver's business (it finishes the running chunks
+    and stores them); the worker dies with the driver; build the runner once."""
     global _WORKER_RUNNER
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    # Workers are started by the driver's main thread (submit), so the parent-death signal
+    # is safe to arm; it also kills a worker stuck in the simulator's C code.
+    die_with_parent(parent_pid)
     if isinstance(target, str):
         target = targets.get_target(target)
     _WORKER_RUNNER = target.runner(**runner_options)
@@ -354,7 +353,7 @@ def _new_pool(
         max_workers=jobs,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_pool_init,
-        initargs=(_picklable_target(target), runner_options),
+        initargs=(_picklable_target(target), runner_options, os.getpid()),
     )
 
 
@@ -449,22 +448,41 @@ def _ray_measure(
         _close(runner)
 
 
-def _ray_connect(address: str) -> bool:
-    """Connect to (or start, for ``local``) a Ray cluster; True when we must shut it down."""
+def _ray_connect(address: str) -> tuple[Any] | None:
+    """Connect to (or start, for ``local``) a Ray cluster. Returns None when the caller
+    already had Ray running, else a one-tuple holding the reaper of a local cluster we
+    started (or None): it kills the cluster's processes should this one be killed."""
     import ray
 
     if ray.is_initialized():
-        return False
+        return None
     _check_reachable(address)
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
+    reaper = None
     try:
         if address == "local":  # always a new cluster on this machine, never someone else's
+            reaper = start_reaper()
             ray.init(address="local", include_dashboard=False, **quiet)
         else:
             ray.init(address=address, **quiet)
     except Exception as exc:  # noqa: BLE001 - Ray raises several types for a bad address
+        if reaper is not None:
+            reaper.kill()
         raise CognateError(f"ray: cannot connect to {address!r}: {_one_line(exc)}") from exc
-    return True
+    return (reaper,)
+
+
+def _ray_shutdown(reaper: Any) -> None:
+    """Disconnect; a local cluster we started is ended whole (its agents linger otherwise)."""
+    import ray
+
+    cluster = descendants(os.getpid()) if reaper is not None else {}
+    ray.shutdown()
+    if reaper is not None:
+        cluster.pop(reaper.pid, None)
+        reaper.kill()
+        reaper.wait()
+        kill_all(cluster)
 
 
 def _check_reachable(address: str) -> None:
@@ -600,6 +618,8 @@ def _progress(console: Console) -> Progress:
         console=console,
         redirect_stdout=False,
         redirect_stderr=False,
+        # Bars only on a terminal: in a log file each redraw would be a stray line.
+        disable=not console.is_terminal,
     )
 
 
@@ -650,27 +670,30 @@ def collect(
     choose: dict[str, Any] = {"n_configs": n_configs, "all_configs": all_configs, "seed": seed}
     if from_model is not None:
         choose["picker"] = model_picker(from_model, target.name, space, op, width, n_configs)
-    ray_started = _ray_connect(ray_address) if ray_address is not None else False
-    try:
-        with Store(db_path) as store, _progress(console) as progress:
-            coll = _Collection(store, target, space, op, width, progress, choose)
-            plans = coll.plans(files)
-            try:
-                if ray_address is not None:
-                    _run_ray(coll, plans, runner_options)
-                elif sequential:
-                    _run_sequential(coll, plans, runner, batch)
-                else:
-                    _run_pool(coll, plans, runner_options, jobs or _cores(), batch)
-            except KeyboardInterrupt:
-                coll.summary.interrupted = True
-    finally:
-        if sequential:
-            _close(runner)
-        if ray_started:
-            import ray
-
-            ray.shutdown()
+    # SIGTERM / SIGHUP (schedulers, the OOM killer's first try, a closed terminal) stop the
+    # run as Ctrl-C does: what is measured is stored, the summary printed.
+    ray_started = _ray_connect(ray_address) if ray_address is not None else None
+    # After ray.init: Ray's driver installs a SIGTERM handler that aborts the process.
+    with stop_signals_raise():
+        try:
+            with Store(db_path) as store, _progress(console) as progress:
+                coll = _Collection(store, target, space, op, width, progress, choose)
+                plans = coll.plans(files)
+                try:
+                    if ray_address is not None:
+                        _run_ray(coll, plans, runner_options)
+                    elif sequential:
+                        _run_sequential(coll, plans, runner, batch)
+                    else:
+                        _run_pool(coll, plans, runner_options, jobs or _cores(), batch)
+                except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (lifetime.Stopped)
+                    coll.summary.interrupted = True
+                    coll.summary.stop_exit_code = exit_code_of(exc)
+        finally:
+            if sequential:
+                _close(runner)
+            if ray_started:
+                _ray_shutdown(*ray_started)
     return coll.summary
 
 
