@@ -40,6 +40,6 @@ def export(
     db_path = db_path or default_db_path()
     if not db_path.is_file():  # never create an empty store just to export it
         raise CognateError(f"{db_path}: no such record store")
-    with Store(db_path) as store:
+    with Store(db_path, readonly=True) as store:
         rows = store.export(output, target=target, op=op, status=status)
     click.echo(f"wrote {rows} records to {output}")
