@@ -23,7 +23,7 @@ from cognate.collect import DEFAULT_CONFIGS, DEFAULT_RETRIES, DEFAULT_WIDTH, col
 )
 @click.option("--all-configs", is_flag=True, help="Every config of the space (spade, gpu).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
-@click.option("--db", "db_path", required=True, type=click.Path(dir_okay=False), help="Store file.")
+@click.option("--db", "db_path", required=True, type=click.Path(), help="Store file.")
 @click.option(
     "--ray",
     "ray_address",

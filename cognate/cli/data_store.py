@@ -19,7 +19,7 @@ def register(main: click.Group, data: click.Group) -> None:
 @click.option(
     "--db",
     "db_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="Record store (default: $COGNATE_HOME/records.sqlite).",
 )
