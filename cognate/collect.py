@@ -17,6 +17,7 @@ new target needs nothing here. Guarantees:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import math
 import multiprocessing
@@ -365,10 +366,10 @@ class _Collection:
                 repeat=repeat,
             )
             # Counted inside the deferral, so the summary always matches the store.
-            if load is not None and (load[0].busy or load[1].busy):
-                self.summary.noisy += len(measurements)
             if repeat:
                 return
+            if load is not None and (load[0].busy or load[1].busy):
+                self.summary.noisy += len(measurements)
             self.summary.written += len(measurements)
             self.summary.statuses.update(m.status for m in measurements)
         self.progress.advance(self.config_bar, len(measurements))
@@ -517,6 +518,10 @@ def _run_pool(
     jobs: int,
     batch: int,
 ) -> None:
+    first = next(plans, None)
+    if first is None:  # nothing to measure (all stored, or every file bad): no pool to start
+        return
+    plans = itertools.chain([first], plans)
     pool = _new_pool(coll.target, runner_options, jobs)
     inflight: dict[Future, tuple[_Plan, list[Config]]] = {}
     try:
