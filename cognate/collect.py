@@ -60,7 +60,6 @@ from cognate.matrix import Matrix
 from cognate.runner import STATUSES, Measurement, Runner
 from cognate.space import Space
 from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH
-from cognate.targets.cpu.runner import omp_threads
 from cognate.timing import Load, job_marker, machine_load, timing_lock
 
 DEFAULT_CONFIGS = 100
@@ -430,6 +429,8 @@ def _timed(
     coll: _Collection, plan: _Plan, runner: Runner, chunk: list[Config]
 ) -> tuple[list[Measurement], tuple[Load, Load]] | None:
     """Measure ``chunk`` holding the timing lock; None when the runner failed (reported)."""
+    from cognate.targets.cpu.runner import omp_threads  # the threads a timing takes
+
     threads = omp_threads()
 
     def waiting(line: str) -> None:
