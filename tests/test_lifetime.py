@@ -170,3 +170,34 @@ def test_ray_local_cluster_leaves_no_process(bcsstk13: Path, tmp_path: Path, sig
     if sig == signal.SIGTERM:
         assert proc.returncode == 143, err
         assert "interrupted" in out and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
+def test_stop_signals_raise_like_ctrl_c(sig: int, code: int) -> None:
+    from cognate.lifetime import exit_code_of, stop_signals_deferred, stop_signals_raise
+
+    before = signal.getsignal(sig)
+    with pytest.raises(KeyboardInterrupt) as raised, stop_signals_raise():
+        os.kill(os.getpid(), sig)
+        time.sleep(5)  # the handler raises before this ends
+    assert exit_code_of(raised.value) == code
+    # During a commit the signal waits for the end of the block, then raises.
+    done = []
+    with pytest.raises(KeyboardInterrupt), stop_signals_raise():
+        with stop_signals_deferred():
+            os.kill(os.getpid(), sig)
+            done.append("committed")
+    assert done == ["committed"]
+    assert signal.getsignal(sig) == before  # handlers restored
+
+
+def test_a_hangup_ignored_by_nohup_stays_ignored() -> None:
+    from cognate.lifetime import stop_signals_raise
+
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        with stop_signals_raise():
+            os.kill(os.getpid(), signal.SIGHUP)
+            time.sleep(0.2)
+    finally:
+        signal.signal(signal.SIGHUP, previous)
