@@ -142,7 +142,8 @@ def serve(conn: Connection) -> None:
 def main(argv: list[str]) -> None:
     # A hung kernel never reads the socket again: only dying with the driver (a killed
     # collect or tune) keeps it from spinning on as an orphan.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the driver's to handle
+        signal.signal(signum, signal.SIG_IGN)
     if len(argv) > 2:
         die_with_parent(int(argv[2]), pdeathsig=len(argv) < 4 or argv[3] == "1")
     serve(Connection(int(argv[1])))
