@@ -338,7 +338,9 @@ class _Collection:
         self.summary.skipped += len(configs) - len(todo)
         plan = _Plan(path, matrix, baseline, todo)
         if self.target.exclusive:  # wall-clock timings: how reproducible are they?
-            plan.repeat = repeat_picks(self.choose["seed"], matrix, todo)
+            # Picked from the matrix's whole set: the same pairs on every run; those
+            # measured in this run are timed again.
+            plan.repeat = repeat_picks(self.choose["seed"], matrix, configs)
         return plan
 
     def write(
