@@ -292,6 +292,7 @@ class Store:
                 conn.execute(
                     "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
                 )
+            self._fold_simulator_hosts()
         self.schema = SCHEMA_VERSION
 
     def _too_new(self, version: int) -> CognateError:
@@ -309,17 +310,28 @@ class Store:
         return version
 
     def _migrate_to_v2(self) -> None:
-        """v1 -> v2 in the open transaction: new columns, the repeats table, and one
-        host-independent copy of each simulator record."""
+        """v1 -> v2 in the open transaction: new columns and the repeats table (the
+        simulator records are folded by ``_fold_simulator_hosts`` right after)."""
         conn = self._conn
         have = {row[1] for row in conn.execute("PRAGMA table_info(measurements)")}
         for name, kind in _V2_COLUMNS:
             if name not in have:
                 conn.execute(f"ALTER TABLE measurements ADD COLUMN {name} {kind}")
         conn.execute(_V2_REPEATS)
+
+    def _fold_simulator_hosts(self) -> None:
+        """One host-independent copy of each simulator record, the newest kept. Run at every
+        writable open, not only in the migration: an older cognate that had the store open
+        before it was migrated may still have added rows under its hostname."""
+        conn = self._conn
         stored = [r[0] for r in conn.execute("SELECT DISTINCT target FROM measurements")]
         for target in filter(is_simulated, stored):
-            # The newest copy of each simulator record wins; the others go.
+            stray = conn.execute(
+                "SELECT 1 FROM measurements WHERE target = ? AND host != ? LIMIT 1",
+                (target, SIMULATED_HOST),
+            ).fetchone()
+            if stray is None:
+                continue
             conn.execute(
                 """DELETE FROM measurements WHERE target = ? AND id NOT IN (
                        SELECT max(id) FROM measurements WHERE target = ?

@@ -374,6 +374,19 @@ def test_v1_store_is_migrated_and_simulator_copies_fold_into_one(
         assert (df["attempts"] == 1).all() and df["noisy"].isna().all()
         # A resume on any machine sees the simulator records as done.
         assert len(store.resume_state(west, "spade", "spmm", 32)) == 3
+    # An older cognate that opened the store before the migration keeps writing hostname
+    # rows: the next writable open folds them too.
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            """INSERT INTO measurements (matrix_id, target, op, width, config_id, space_version,
+               runtime_s, spread_s, counters, status, error, is_baseline, host, time)
+               VALUES (1, 'spade', 'spmm', 32, 1, 'v1', 3.0, 0, '{}', 'ok', NULL, 0, 'vm',
+                       '2026-01-02')"""
+        )
+    with Store(db) as store:
+        spade = store.frame(target="spade")
+        assert len(spade) == 3 and set(spade["host"]) == {"sim"}
+        assert sorted(spade["runtime_s"]) == [2.0, 2.0, 3.0]
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
 
