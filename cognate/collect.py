@@ -17,19 +17,19 @@ new target needs nothing here. Guarantees:
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
+import math
 import multiprocessing
 import os
 import pickle
 import signal
 import socket
-import threading
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor
 from concurrent.futures import wait as wait_futures
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,13 +46,46 @@ from rich.progress import (
 from cognate import targets
 from cognate.config import Config
 from cognate.errors import CognateError
+from cognate.hostid import check_host_id, host_for
+from cognate.lifetime import (
+    descendants,
+    die_with_parent,
+    exit_code_of,
+    kill_all,
+    start_reaper,
+    stop_signals_deferred,
+    stop_signals_raise,
+)
 from cognate.matrix import Matrix
 from cognate.runner import STATUSES, Measurement, Runner
 from cognate.space import Space
 from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH
+from cognate.timing import Load, job_marker, machine_load, timing_lock
 
 DEFAULT_CONFIGS = 100
 DEFAULT_WIDTH = 64
+DEFAULT_RETRIES = 2
+LOAD_SAMPLE_S = 0.1  # the busy-core sample before and after each timed chunk
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Which stored records a resume measures again: ``timeout`` and ``error`` ones, up to
+    ``retries`` times after the first attempt (``force``: whatever their attempt count);
+    ``ok``, ``too_large`` and ``mismatch`` are done."""
+
+    retries: int = DEFAULT_RETRIES
+    force: bool = False
+
+    def wants(self, stored: tuple[str, int] | None) -> bool:
+        if stored is None:
+            return True
+        status, attempts = stored
+        if status not in ("timeout", "error"):
+            return False
+        return self.force or attempts <= self.retries
+
+
 # The widest dense operand a target can run (targets not listed have no fixed limit).
 _MAX_WIDTHS: dict[str, int] = {"cpu": MAX_SPECIALISED_WIDTH}
 
@@ -66,12 +99,16 @@ class CollectSummary:
     skipped: int = 0  # configs the store already had
     statuses: Counter[str] = field(default_factory=Counter)
     failures: list[tuple[str, str]] = field(default_factory=list)  # (path, one-line reason)
+    retried: int = 0  # timeout / error records measured again
+    noisy: int = 0  # records timed while the machine was busy (marked in the store)
+    repeats: list[tuple[float, float]] = field(default_factory=list)  # (first, repeat) runtimes
     interrupted: bool = False
+    stop_exit_code: int = 130  # 128 + the signal that stopped the run (SIGINT, TERM, HUP)
 
     @property
     def exit_code(self) -> int:
         if self.interrupted:
-            return 130
+            return self.stop_exit_code
         return 1 if self.failures else 0
 
     def line(self) -> str:
@@ -80,12 +117,31 @@ class CollectSummary:
             f"collected {self.written} records ({counts or 'none new'}) over "
             f"{self.matrices} matrices; {self.skipped} configs already stored"
         )
+        if self.retried:
+            text += f"; {self.retried} failed record(s) retried"
+        if self.noisy:
+            text += f"; {self.noisy} timed on a busy machine (marked noisy)"
+        if self.repeats:
+            text += f"; {repeat_agreement(self.repeats)}"
         if self.failures:
             text += f"; {len(self.failures)} matrix file(s) failed: "
             text += ", ".join(path for path, _ in self.failures)
         if self.interrupted:
             text += "; interrupted (what was measured is stored; rerun to resume)"
         return text
+
+
+def repeat_agreement(pairs: Sequence[tuple[float, float]]) -> str:
+    """How well repeated timings agree: Spearman rank correlation of first vs repeat runtime
+    over all repeated pairs, and the median relative spread |a - b| / mean(a, b)."""
+    import numpy as np
+    from scipy.stats import spearmanr
+
+    first, again = (np.array(x, dtype=float) for x in zip(*pairs, strict=True))
+    spread = float(np.median(np.abs(first - again) / ((first + again) / 2)))
+    rho = spearmanr(first, again).statistic if len(pairs) > 1 else float("nan")
+    rank = "n/a" if not np.isfinite(rho) else f"{rho:.3f}"
+    return f"{len(pairs)} repeats: Spearman {rank}, median spread {100 * spread:.1f}%"
 
 
 @dataclass
@@ -96,6 +152,7 @@ class _Plan:
     matrix: Matrix
     baseline: Config
     todo: list[Config]
+    repeat: set[str] = field(default_factory=set)  # config hashes to time again at the end
     pending: int = 0  # chunks handed to workers and not yet written
     submitted: bool = False  # every chunk handed out
     failed: bool = False
@@ -133,7 +190,41 @@ def choose_configs(
     unique = {baseline.hash: baseline}
     for config in configs:
         unique.setdefault(config.hash, config)
+    if picker is None and not all_configs:
+        # A sample may hold more than asked (cpu: the family grids come on top of n csr
+        # configs): measure n, spread over the families (knob ``family``), plus the baseline.
+        rest = spread_over_families([c for c in unique.values() if c != baseline], n_configs)
+        return baseline, [baseline, *rest]
     return baseline, list(unique.values())
+
+
+def spread_over_families(configs: Sequence[Config], n: int) -> list[Config]:
+    """``n`` of ``configs`` taken round-robin over their families, each in its given order."""
+    families: dict[str, deque[Config]] = {}
+    for config in configs:
+        families.setdefault(str(config.knobs.get("family", "")), deque()).append(config)
+    chosen: list[Config] = []
+    while len(chosen) < n and families:
+        for name in list(families):
+            if len(chosen) == n:
+                break
+            chosen.append(families[name].popleft())
+            if not families[name]:
+                del families[name]
+    return chosen
+
+
+REPEAT_FRACTION = 0.05
+
+
+def repeat_picks(seed: int, matrix: Matrix, configs: Sequence[Config]) -> set[str]:
+    """The fixed 5% (at least one) of a matrix's configs timed twice: the same ones for a
+    given seed, whichever order they were measured in."""
+    if not configs:
+        return set()
+    key = lambda c: hashlib.sha256(f"{seed}:{matrix.sha256}:{c.hash}".encode()).digest()  # noqa: E731
+    count = math.ceil(REPEAT_FRACTION * len(configs))
+    return {c.hash for c in sorted(configs, key=key)[:count]}
 
 
 def model_picker(
@@ -176,22 +267,6 @@ def _describe(exc: BaseException) -> str:
     return _one_line(f"{type(exc).__name__}: {exc}")
 
 
-@contextmanager
-def _sigint_deferred() -> Iterator[None]:
-    """Hold Ctrl-C while a batch is committed; raise it right after the commit."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
-    if caught:
-        raise KeyboardInterrupt
-
-
 def _chunks(items: Sequence[Config], size: int) -> Iterator[list[Config]]:
     for start in range(0, len(items), size):
         yield list(items[start : start + size])
@@ -209,8 +284,13 @@ class _Collection:
         width: int,
         progress: Progress,
         choose: dict[str, Any],
+        retry: RetryPolicy,
+        host: str | None = None,
     ) -> None:
         self.store = store
+        self.retry = retry
+        self.host = host  # None: cognate.hostid decides (this machine's id, or sim)
+        self.warned_busy = False
         self.target = target
         self.space = space
         self.op = op
@@ -221,9 +301,9 @@ class _Collection:
         self.matrix_bar = progress.add_task("matrices", total=None)
         self.config_bar = progress.add_task("configs", total=0)
         self.config_total = 0
-        # Hosts whose records count as done (None: this one). Ray: every node of the
-        # cluster, since a matrix may land on any node when the collection resumes.
-        self.hosts: list[str | None] = [None]
+        # Whose records count as done: this host's, or on Ray any host's ("*"), since a
+        # matrix may land on any node when the collection resumes.
+        self.any_host = False
 
     def plans(self, paths: Sequence[Path]) -> Iterator[_Plan]:
         """Load and plan matrix by matrix; yield those with something to measure."""
@@ -246,25 +326,34 @@ class _Collection:
 
         matrix = load_matrix(path)
         baseline, configs = choose_configs(self.space, matrix, **self.choose)
-        done: set[str] = set()
-        for host in self.hosts:
-            done |= self.store.measured_hashes(
-                matrix, self.target.name, self.op, self.width, host=host
-            )
-        todo = [c for c in configs if c.hash not in done and c.hash != baseline.hash]
+        host = "*" if self.any_host else self.host
+        stored = self.store.resume_state(matrix, self.target.name, self.op, self.width, host)
+        todo = [
+            c for c in configs if c.hash != baseline.hash and self.retry.wants(stored.get(c.hash))
+        ]
+        self.summary.retried += sum(c.hash in stored for c in todo)
         # Re-time the baseline in every batch that measures anything.
-        if todo or baseline.hash not in done:
+        if todo or self.retry.wants(stored.get(baseline.hash)):
             todo.insert(0, baseline)
         self.summary.skipped += len(configs) - len(todo)
-        return _Plan(path, matrix, baseline, todo)
+        plan = _Plan(path, matrix, baseline, todo)
+        if self.target.exclusive:  # wall-clock timings: how reproducible are they?
+            # Picked from the matrix's whole set: the same pairs on every run; those
+            # measured in this run are timed again.
+            plan.repeat = repeat_picks(self.choose["seed"], matrix, configs)
+        return plan
 
     def write(
-        self, plan: _Plan, measurements: Sequence[Measurement], host: str | None = None
+        self,
+        plan: _Plan,
+        measurements: Sequence[Measurement],
+        host: str | None = None,
+        load: tuple[Load, Load] | None = None,
+        repeat: bool = False,
     ) -> None:
         if not measurements:
             return
-        options = {"host": host} if host else {}
-        with _sigint_deferred():
+        with stop_signals_deferred():
             self.store.record(
                 plan.matrix,
                 self.target.name,
@@ -273,12 +362,29 @@ class _Collection:
                 list(measurements),
                 space_version=self.space.version,
                 baseline_hash=plan.baseline.hash,
-                **options,
+                host=host or self.host,
+                load=load,
+                repeat=repeat,
             )
             # Counted inside the deferral, so the summary always matches the store.
+            if repeat:
+                return
+            if load is not None and (load[0].busy or load[1].busy):
+                self.summary.noisy += len(measurements)
             self.summary.written += len(measurements)
             self.summary.statuses.update(m.status for m in measurements)
         self.progress.advance(self.config_bar, len(measurements))
+
+    def warn_busy(self, load: Load) -> None:
+        """One line, once per collection, when timings run on a busy machine."""
+        if load.busy and not self.warned_busy:
+            self.warned_busy = True
+            self.progress.console.print(
+                f"cognate: warning: {load.line()}; such records are marked noisy",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
 
     def fail(self, path: Path, reason: str, plan: _Plan | None = None) -> None:
         """One line for a matrix that could not be (fully) collected; carry on."""
@@ -306,16 +412,59 @@ class _Collection:
 
 
 def _run_sequential(coll: _Collection, plans: Iterator[_Plan], runner: Runner, batch: int) -> None:
+    """Exclusive targets, one chunk at a time, each timed under the machine-wide timing
+    lock with the load read before and after; then the matrix's repeat picks again."""
     for plan in plans:
+        first: dict[str, Measurement] = {}
         for chunk in _chunks(plan.todo, batch):
-            try:
-                measurements = runner.measure(plan.matrix, coll.op, coll.width, chunk)
-                check_batch(chunk, measurements)
-            except Exception as exc:  # noqa: BLE001 - a runner bug costs its matrix, not the run
-                coll.fail(plan.path, f"runner failed: {_describe(exc)}", plan)
+            timed = _timed(coll, plan, runner, chunk)
+            if timed is None:
                 break
-            coll.write(plan, measurements)
+            measurements, load = timed
+            coll.write(plan, measurements, load=load)
+            first.update((m.config.hash, m) for m in measurements if m.config.hash in plan.repeat)
+        _repeat(coll, plan, runner, first)
         coll.finish(plan)
+
+
+def _timed(
+    coll: _Collection, plan: _Plan, runner: Runner, chunk: list[Config]
+) -> tuple[list[Measurement], tuple[Load, Load]] | None:
+    """Measure ``chunk`` holding the timing lock; None when the runner failed (reported)."""
+    from cognate.targets.cpu.runner import omp_threads  # the threads a timing takes
+
+    threads = omp_threads()
+
+    def waiting(line: str) -> None:
+        coll.progress.console.print(f"cognate: {line}", markup=False, soft_wrap=True)
+
+    with timing_lock(on_wait=waiting):
+        before = machine_load(threads, sample_s=LOAD_SAMPLE_S)
+        coll.warn_busy(before)
+        try:
+            measurements = runner.measure(plan.matrix, coll.op, coll.width, chunk)
+            check_batch(chunk, measurements)
+        except Exception as exc:  # noqa: BLE001 - a runner bug costs its matrix, not the run
+            coll.fail(plan.path, f"runner failed: {_describe(exc)}", plan)
+            return None
+        after = machine_load(threads, sample_s=LOAD_SAMPLE_S)
+    coll.warn_busy(after)
+    return list(measurements), (before, after)
+
+
+def _repeat(coll: _Collection, plan: _Plan, runner: Runner, first: dict[str, Measurement]) -> None:
+    """Time the matrix's repeat picks that measured ok once more; keep the pairs."""
+    again = [m.config for m in first.values() if m.status == "ok"]
+    if plan.failed or not again:
+        return
+    timed = _timed(coll, plan, runner, again)
+    if timed is None:
+        return
+    measurements, load = timed
+    coll.write(plan, measurements, load=load, repeat=True)
+    for m in measurements:
+        if m.status == "ok" and m.runtime_s and first[m.config.hash].runtime_s:
+            coll.summary.repeats.append((first[m.config.hash].runtime_s, m.runtime_s))
 
 
 # --- local process pool: non-exclusive targets ---------------------------------------------
@@ -323,10 +472,17 @@ def _run_sequential(coll: _Collection, plans: Iterator[_Plan], runner: Runner, b
 _WORKER_RUNNER: Runner | None = None
 
 
-def _pool_init(target: targets.Target | str, runner_options: dict[str, Any]) -> None:
-    """Worker start: Ctrl-C is the driver's business; build the runner once."""
+def _pool_init(
+    target: targets.Target | str, runner_options: dict[str, Any], parent_pid: int
+) -> None:
+    """Worker start: stop signals are the driver's business (it finishes the running chunks
+    and stores them); the worker dies with the driver; build the runner once."""
     global _WORKER_RUNNER
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
+    # Workers are started by the driver's main thread (submit), so the parent-death signal
+    # is safe to arm; it also kills a worker stuck in the simulator's C code.
+    die_with_parent(parent_pid)
     if isinstance(target, str):
         target = targets.get_target(target)
     _WORKER_RUNNER = target.runner(**runner_options)
@@ -354,7 +510,7 @@ def _new_pool(
         max_workers=jobs,
         mp_context=multiprocessing.get_context("spawn"),
         initializer=_pool_init,
-        initargs=(_picklable_target(target), runner_options),
+        initargs=(_picklable_target(target), runner_options, os.getpid()),
     )
 
 
@@ -365,6 +521,10 @@ def _run_pool(
     jobs: int,
     batch: int,
 ) -> None:
+    first = next(plans, None)
+    if first is None:  # nothing to measure (all stored, or every file bad): no pool to start
+        return
+    plans = itertools.chain([first], plans)
     pool = _new_pool(coll.target, runner_options, jobs)
     inflight: dict[Future, tuple[_Plan, list[Config]]] = {}
     try:
@@ -444,27 +604,46 @@ def _ray_measure(
     """A Ray task: measure one matrix's batch; the host goes into the store's key."""
     runner = target.runner(**runner_options)
     try:
-        return socket.gethostname(), runner.measure(matrix, op, width, configs)
+        return host_for(target.name), runner.measure(matrix, op, width, configs)
     finally:
         _close(runner)
 
 
-def _ray_connect(address: str) -> bool:
-    """Connect to (or start, for ``local``) a Ray cluster; True when we must shut it down."""
+def _ray_connect(address: str) -> tuple[Any] | None:
+    """Connect to (or start, for ``local``) a Ray cluster. Returns None when the caller
+    already had Ray running, else a one-tuple holding the reaper of a local cluster we
+    started (or None): it kills the cluster's processes should this one be killed."""
     import ray
 
     if ray.is_initialized():
-        return False
+        return None
     _check_reachable(address)
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
+    reaper = None
     try:
         if address == "local":  # always a new cluster on this machine, never someone else's
+            reaper = start_reaper()
             ray.init(address="local", include_dashboard=False, **quiet)
         else:
             ray.init(address=address, **quiet)
     except Exception as exc:  # noqa: BLE001 - Ray raises several types for a bad address
+        if reaper is not None:
+            reaper.kill()
         raise CognateError(f"ray: cannot connect to {address!r}: {_one_line(exc)}") from exc
-    return True
+    return (reaper,)
+
+
+def _ray_shutdown(reaper: Any) -> None:
+    """Disconnect; a local cluster we started is ended whole (its agents linger otherwise)."""
+    import ray
+
+    cluster = descendants(os.getpid()) if reaper is not None else {}
+    ray.shutdown()
+    if reaper is not None:
+        cluster.pop(reaper.pid, None)
+        reaper.kill()
+        reaper.wait()
+        kill_all(cluster)
 
 
 def _check_reachable(address: str) -> None:
@@ -507,7 +686,7 @@ def _run_ray(coll: _Collection, plans: Iterator[_Plan], runner_options: dict[str
     inflight: dict[Any, tuple[_Plan, dict[str, Any]]] = {}
     try:
         slots = deque(_ray_slots(coll.target.exclusive))
-        coll.hosts = sorted({n["NodeManagerHostname"] for n in ray.nodes() if n.get("Alive")})
+        coll.any_host = True
         task = ray.remote(_ray_measure)
         target_ref = ray.put(coll.target)
         while True:
@@ -600,6 +779,8 @@ def _progress(console: Console) -> Progress:
         console=console,
         redirect_stdout=False,
         redirect_stderr=False,
+        # Bars only on a terminal: in a log file each redraw would be a stray line.
+        disable=not console.is_terminal,
     )
 
 
@@ -619,6 +800,9 @@ def collect(
     batch: int = 1,
     console: Console | None = None,
     from_model: str | Path | None = None,
+    retries: int = DEFAULT_RETRIES,
+    retry_failed: bool = False,
+    host_id: str | None = None,
 ) -> CollectSummary:
     """Measure configs of every matrix on one target into the store at ``db_path``.
 
@@ -627,13 +811,22 @@ def collect(
     then caps sampled spaces). The baseline is always added. ``jobs`` sizes the local
     process pool of non-exclusive targets (default: all cores). ``batch`` configs are
     measured and committed at a time. ``from_model``: measure that cost model's top
-    ``n_configs`` candidates per matrix instead of a sample. Ctrl-C stops the run; the
-    summary says so.
+    ``n_configs`` candidates per matrix instead of a sample. Ctrl-C, SIGTERM and SIGHUP
+    stop the run; the summary says so. A resume measures stored ``timeout`` / ``error``
+    records again, up to ``retries`` more times (``retry_failed``: whatever their count).
+    ``host_id`` names this machine in the records (default: cognate.hostid). Exclusive
+    targets time each chunk under the machine-wide timing lock, record the load around it
+    and time 5% of each matrix's configs twice (the summary reports their agreement).
     """
     from cognate.store import Store  # engineer B's store; imported where needed
 
     runner_options = dict(runner_options or {})
     _check_numbers(target_name, width, n_configs, jobs, batch)
+    if retries < 0:
+        raise CognateError(f"--retries must be at least 0, got {retries}")
+    if host_id is not None:
+        check_host_id(host_id)
+    retry = RetryPolicy(retries, retry_failed)
     target = targets.get_target(target_name)
     space = target.space(op)
     files = _matrix_files(matrix_paths)
@@ -650,27 +843,33 @@ def collect(
     choose: dict[str, Any] = {"n_configs": n_configs, "all_configs": all_configs, "seed": seed}
     if from_model is not None:
         choose["picker"] = model_picker(from_model, target.name, space, op, width, n_configs)
-    ray_started = _ray_connect(ray_address) if ray_address is not None else False
-    try:
-        with Store(db_path) as store, _progress(console) as progress:
-            coll = _Collection(store, target, space, op, width, progress, choose)
-            plans = coll.plans(files)
-            try:
-                if ray_address is not None:
-                    _run_ray(coll, plans, runner_options)
-                elif sequential:
-                    _run_sequential(coll, plans, runner, batch)
-                else:
-                    _run_pool(coll, plans, runner_options, jobs or _cores(), batch)
-            except KeyboardInterrupt:
-                coll.summary.interrupted = True
-    finally:
-        if sequential:
-            _close(runner)
-        if ray_started:
-            import ray
-
-            ray.shutdown()
+    # SIGTERM / SIGHUP (schedulers, the OOM killer's first try, a closed terminal) stop the
+    # run as Ctrl-C does: what is measured is stored, the summary printed.
+    ray_started = _ray_connect(ray_address) if ray_address is not None else None
+    # After ray.init: Ray's driver installs a SIGTERM handler that aborts the process.
+    # The job marker tells timing processes (another collect, tune --verify) we run here.
+    with stop_signals_raise(), job_marker(f"collect-{target.name}"):
+        try:
+            with Store(db_path) as store, _progress(console) as progress:
+                coll = _Collection(
+                    store, target, space, op, width, progress, choose, retry, host_id
+                )
+                plans = coll.plans(files)
+                try:
+                    if ray_address is not None:
+                        _run_ray(coll, plans, runner_options)
+                    elif sequential:
+                        _run_sequential(coll, plans, runner, batch)
+                    else:
+                        _run_pool(coll, plans, runner_options, jobs or _cores(), batch)
+                except KeyboardInterrupt as exc:  # Ctrl-C, SIGTERM or SIGHUP (lifetime.Stopped)
+                    coll.summary.interrupted = True
+                    coll.summary.stop_exit_code = exit_code_of(exc)
+        finally:
+            if sequential:
+                _close(runner)
+            if ray_started:
+                _ray_shutdown(*ray_started)
     return coll.summary
 
 

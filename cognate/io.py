@@ -47,6 +47,8 @@ MATRIX_SUFFIXES: tuple[str, ...] = (".mtx.gz", ".tar.gz", ".tgz", ".mtx", ".npz"
 # Bytes of memory one declared entry may cost while reading, expanding and canonicalizing
 # (coordinates, values, mirrored copy, CSR conversion): a generous upper estimate.
 _BYTES_PER_ENTRY = 64
+_BYTES_PER_DIM = 16  # per declared row / column: int64 index arrays, twice
+MEMORY_ENV = "COGNATE_MAX_MEMORY"
 _HEAD_BYTES = 1 << 20  # the Matrix Market header (banner, comments, size line) must fit here
 # Bytes one entry line may take: two int32 indices and two 17-digit complex parts fit in ~75.
 _MAX_LINE_BYTES = 128
@@ -149,12 +151,40 @@ def _check_dims(path: Path, rows: int, cols: int, entries: int) -> None:
         raise InputError(path, f"dimensions {rows} x {cols} exceed the int32 limit {INT32_MAX}")
     if entries > INT32_MAX:
         raise InputError(path, f"{entries} entries exceed the int32 limit {INT32_MAX}")
-    needed = entries * _BYTES_PER_ENTRY
-    if needed > physical_memory():
+    # Entries cost _BYTES_PER_ENTRY each; each row and column costs index arrays (CSR
+    # indptr, CSC/transposes while canonicalising, row-length stats): 2e9 x 2e9 with one
+    # entry would otherwise allocate tens of GB before anything else fails.
+    needed = entries * _BYTES_PER_ENTRY + (rows + cols + 2) * _BYTES_PER_DIM
+    budget = memory_budget()
+    if needed > budget:
         raise InputError(
             path,
-            f"{entries} declared entries need about {needed / 2**30:.0f} GiB, more than this machine has",
+            f"{rows} x {cols} with {entries} declared entries need about "
+            f"{_gib(needed)} GiB, over the memory budget of {_gib(budget)} GiB "
+            f"({MEMORY_ENV} to change)",
         )
+
+
+def _gib(n: int) -> str:
+    return f"{n / 2**30:.3g}"
+
+
+def memory_budget() -> int:
+    """Bytes one matrix may take while loading: ``$COGNATE_MAX_MEMORY`` (bytes, or with a
+    K/M/G/T suffix), else half of physical RAM (the other half for the work done on it)."""
+    raw = os.environ.get(MEMORY_ENV, "").strip()
+    if not raw:
+        return physical_memory() // 2
+    units = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+    scale = units.get(raw[-1].upper(), 1)
+    number = raw[:-1] if raw[-1].upper() in units else raw
+    try:
+        value = int(float(number) * scale)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise CognateError(f"{MEMORY_ENV}={raw!r}: expected a positive size like 8G")
+    return value
 
 
 def physical_memory() -> int:
@@ -186,12 +216,17 @@ def _read_mtx_stream(
     The header is read from the first MiB, so an absurd size is refused before a large
     (or compressed) body is read into memory.
     """
-    data = stream.read(_HEAD_BYTES)
-    header = _mm_header(path, data, plain_size)
-    data += _read_body(path, stream, int(header.nnz))
-    (values, (row_idx, col_idx)), _ = _mm_call(
-        fmm.read_coo, io.BytesIO(data), generalize_symmetry=False
-    )
+    head = stream.read(_HEAD_BYTES)
+    header = _mm_header(path, head, plain_size)
+    body = _BoundedBody(path, head, stream, int(header.nnz))
+    try:
+        (values, (row_idx, col_idx)), _ = _mm_call(
+            fmm.read_coo, io.BufferedReader(body, _CHUNK_BYTES), generalize_symmetry=False
+        )
+    except _LIBRARY_ERRORS:
+        body.raise_refusal()  # the real reason the parser met an early end
+        raise
+    body.raise_refusal()
     row_idx = np.asarray(row_idx, dtype=np.int64)
     col_idx = np.asarray(col_idx, dtype=np.int64)
     values = np.asarray(values)
@@ -209,23 +244,51 @@ def _read_mtx_stream(
     return csr, header.field, header.symmetry
 
 
-def _read_body(path: Path, stream: IO[bytes], entries: int) -> bytes:
-    """The rest of the stream, refused once it is longer than ``entries`` lines can be.
+class _BoundedBody(io.RawIOBase):
+    """The header bytes, then the rest of the stream, streamed to the parser (never held
+    whole) and refused once longer than ``entries`` lines can be or than the memory budget.
 
     A compressed file can expand without limit (a gzip bomb): the header's entry count
-    bounds what a valid body needs, so reading stops there instead of exhausting memory.
+    bounds what a valid body needs. Matrix Market is text, so NUL bytes (the cheapest
+    padding of a bomb) are refused at once. The parser sees a refusal as an end of file;
+    ``raise_refusal`` then names it (before any other complaint about the short body).
     """
-    limit = entries * _MAX_LINE_BYTES + _HEAD_BYTES
-    chunks, size = [], 0
-    # In chunks: read(limit) would allocate the whole (possibly huge) limit up front.
-    while chunk := stream.read(min(_CHUNK_BYTES, limit + 1 - size)):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            raise InputError(
-                path, f"data go on past {limit} bytes, more than {entries} declared entries need"
+
+    def __init__(self, path: Path, head: bytes, stream: IO[bytes], entries: int) -> None:
+        super().__init__()
+        self.path, self.stream, self.pending = path, stream, head
+        self.limit = min(entries * _MAX_LINE_BYTES + _HEAD_BYTES, memory_budget() // 2)
+        self.entries, self.size = entries, 0
+        self.refusal: str | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.refusal is not None:
+            return 0
+        data = self.pending or self.stream.read(min(len(buffer), _CHUNK_BYTES))
+        self.pending = b""
+        if b"\0" in data:
+            self.refusal = f"binary data (NUL bytes) after byte {self.size} of the text"
+            return 0
+        self.size += len(data)
+        if self.size > self.limit:
+            self.refusal = (
+                f"data go on past {self.limit} bytes, more than {self.entries} declared "
+                "entries need or over the memory budget"
             )
-    return b"".join(chunks)
+            return 0
+        view = memoryview(buffer).cast("B")
+        if len(data) > len(view):  # the head may be longer than the parser's buffer
+            data, self.pending = data[: len(view)], data[len(view) :]
+            self.size -= len(self.pending)
+        view[: len(data)] = data
+        return len(data)
+
+    def raise_refusal(self) -> None:
+        if self.refusal is not None:
+            raise InputError(self.path, self.refusal)
 
 
 def _mm_header(path: Path, head: bytes, plain_size: int | None) -> Any:
@@ -344,6 +407,14 @@ def _pick_matrix_member(path: Path, members: list[tarfile.TarInfo]) -> tarfile.T
 def _read_npz(path: Path) -> tuple[sp.csr_matrix, str, str]:
     if not zipfile.is_zipfile(path):  # np.load would otherwise talk about pickles
         raise InputError(path, "not a scipy .npz file (not a zip archive)")
+    with zipfile.ZipFile(path) as archive:  # a compressed .npz can expand without limit
+        unpacked = sum(info.file_size for info in archive.infolist())
+    if unpacked > memory_budget():
+        raise InputError(
+            path,
+            f"arrays unpack to {_gib(unpacked)} GiB, over the memory budget of "
+            f"{_gib(memory_budget())} GiB ({MEMORY_ENV} to change)",
+        )
     matrix = sp.load_npz(path)  # allow_pickle=False inside: no code runs from the file
     rows, cols = (int(n) for n in matrix.shape)
     _check_dims(path, rows, cols, int(matrix.nnz))

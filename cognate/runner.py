@@ -16,6 +16,9 @@ from cognate.matrix import Matrix
 
 Status = Literal["ok", "timeout", "error", "too_large"]
 STATUSES: tuple[str, ...] = ("ok", "timeout", "error", "too_large")
+# An ``error`` whose message starts so is a wrong result (a mismatch), not a failed run:
+# deterministic, so a resume does not retry it.
+MISMATCH_PREFIX = "result differs from"
 
 
 @dataclass

@@ -4,6 +4,16 @@ One transaction per ``record`` call, an upsert keyed on (matrix, target, op, wid
 config, host), so a collection can be killed at any moment and resumed: a batch is either
 all in the store or not at all. WAL lets readers (export, training) run while a collector
 writes; ``busy_timeout`` makes concurrent writers queue instead of failing.
+
+Schema 2 (a v1 store is migrated in place when opened for writing; read-only opens read
+it as it is):
+- ``host`` is a stable machine id (cognate.hostid), ``sim`` for deterministic simulators
+  (the migration folds a simulator's per-hostname copies into one, the newest kept);
+- ``attempts``: how many times the record was measured (a resume retries failures);
+- ``noisy`` and ``load1_before`` / ``busy_before`` / ``load1_after`` / ``busy_after``: the
+  machine's load around a wall-clock timing (NULL where not recorded: simulators, v1 rows);
+- table ``repeats``: second measurements of some records (collect repeats 5% of each
+  matrix's configs to report how reproducible the timings are), each linked to its record.
 """
 
 from __future__ import annotations
@@ -11,7 +21,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import socket
 import sqlite3
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -23,11 +32,12 @@ from typing import Any
 import pandas as pd
 
 from cognate.errors import CognateError
+from cognate.hostid import SIMULATED_HOST, host_for, is_simulated
 from cognate.matrix import Matrix
 from cognate.paths import cognate_home
-from cognate.runner import STATUSES, Measurement
+from cognate.runner import MISMATCH_PREFIX, STATUSES, Measurement
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 60_000
 
 # Columns every export carries, in this order (later tools read any store through them).
@@ -52,7 +62,14 @@ FRAME_COLUMNS: tuple[str, ...] = (
     "host",
     "time",
     "counters",
+    "attempts",
+    "noisy",
+    "load1_before",
+    "busy_before",
+    "load1_after",
+    "busy_after",
 )
+_LOAD_COLUMNS = ("load1_before", "busy_before", "load1_after", "busy_after")
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -93,6 +110,24 @@ CREATE TABLE IF NOT EXISTS measurements (
 );
 CREATE INDEX IF NOT EXISTS measurements_by_run ON measurements (target, op, width);
 """
+# Schema 2, applied to a new store after _SCHEMA and to a v1 store as its migration.
+_V2_COLUMNS = (
+    ("attempts", "INTEGER NOT NULL DEFAULT 1"),
+    ("noisy", "INTEGER"),
+    *((name, "REAL") for name in _LOAD_COLUMNS),
+)
+_V2_REPEATS = """
+CREATE TABLE IF NOT EXISTS repeats (
+    id INTEGER PRIMARY KEY,
+    measurement_id INTEGER NOT NULL REFERENCES measurements(id) ON DELETE CASCADE,
+    runtime_s REAL,
+    spread_s REAL,
+    status TEXT NOT NULL,
+    error TEXT,
+    noisy INTEGER,
+    load1_before REAL, busy_before REAL, load1_after REAL, busy_after REAL,
+    time TEXT NOT NULL
+)"""
 
 _UPSERT_MATRIX = """
 INSERT INTO matrices (name, source, sha256, rows, cols, nnz) VALUES (?, ?, ?, ?, ?, ?)
@@ -104,18 +139,31 @@ ON CONFLICT (hash) DO UPDATE SET space_version = excluded.space_version
 """
 _UPSERT_MEASUREMENT = """
 INSERT INTO measurements (matrix_id, target, op, width, config_id, space_version, runtime_s,
-                          spread_s, counters, status, error, is_baseline, host, time)
-VALUES (?, ?, ?, ?, (SELECT id FROM configs WHERE hash = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                          spread_s, counters, status, error, is_baseline, host, time,
+                          noisy, load1_before, busy_before, load1_after, busy_after)
+VALUES (?, ?, ?, ?, (SELECT id FROM configs WHERE hash = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?,
+        ?, ?, ?, ?, ?)
 ON CONFLICT (matrix_id, target, op, width, config_id, host) DO UPDATE SET
     space_version = excluded.space_version,
     runtime_s = excluded.runtime_s, spread_s = excluded.spread_s,
     counters = excluded.counters, status = excluded.status, error = excluded.error,
-    is_baseline = excluded.is_baseline, time = excluded.time
+    is_baseline = excluded.is_baseline, time = excluded.time,
+    attempts = measurements.attempts + 1, noisy = excluded.noisy,
+    load1_before = excluded.load1_before, busy_before = excluded.busy_before,
+    load1_after = excluded.load1_after, busy_after = excluded.busy_after
+"""
+_INSERT_REPEAT = """
+INSERT INTO repeats (measurement_id, runtime_s, spread_s, status, error, noisy,
+                     load1_before, busy_before, load1_after, busy_after, time)
+SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM measurements
+WHERE matrix_id = ? AND target = ? AND op = ? AND width = ? AND host = ?
+  AND config_id = (SELECT id FROM configs WHERE hash = ?)
 """
 _FRAME_QUERY = """
 SELECT m.name AS matrix, m.sha256 AS matrix_sha256, m.source, m.rows, m.cols, m.nnz,
        r.target, r.op, r.width, c.json AS config, c.hash AS config_hash, r.space_version,
-       r.runtime_s, r.spread_s, r.status, r.error, r.is_baseline, r.host, r.time, r.counters
+       r.runtime_s, r.spread_s, r.status, r.error, r.is_baseline, r.host, r.time, r.counters,
+       {v2_columns}
 FROM measurements r
 JOIN matrices m ON m.id = r.matrix_id
 JOIN configs c ON c.id = r.config_id
@@ -123,9 +171,10 @@ JOIN configs c ON c.id = r.config_id
 
 
 _FRAME_DTYPES = {
-    **{c: "int64" for c in ("rows", "cols", "nnz", "width")},
-    **{c: "float64" for c in ("runtime_s", "spread_s")},
+    **{c: "int64" for c in ("rows", "cols", "nnz", "width", "attempts")},
+    **{c: "float64" for c in ("runtime_s", "spread_s", *_LOAD_COLUMNS)},
     "is_baseline": "bool",
+    "noisy": "boolean",  # NULL where no load was recorded
 }
 
 
@@ -141,6 +190,24 @@ def _finite_or_none(value: float | None) -> float | None:
     return value if math.isfinite(value) else None
 
 
+_RETRYABLE = ("timeout", "error")
+
+
+def _load_values(load: tuple[Any, Any] | None) -> tuple[Any, ...]:
+    """(noisy, load1_before, busy_before, load1_after, busy_after); all NULL without a load."""
+    if load is None:
+        return (None,) * 5
+    before, after = (x.as_dict() if hasattr(x, "as_dict") else dict(x) for x in load)
+    noisy = bool(before.get("unreliable") or after.get("unreliable"))
+    return (
+        int(noisy),
+        before.get("load1"),
+        before.get("busy_cores"),
+        after.get("load1"),
+        after.get("busy_cores"),
+    )
+
+
 def _json_default(value: Any) -> Any:
     """Counters may hold numpy scalars or arrays: store them as plain JSON numbers/lists."""
     if hasattr(value, "tolist"):
@@ -151,20 +218,47 @@ def _json_default(value: Any) -> Any:
 class Store:
     """A record store in one SQLite file; use as a context manager or call ``close()``."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, readonly: bool = False) -> None:
+        """Open (creating when writable and missing) the store at ``path``. ``readonly``:
+        for export, info and training: never writes, works on read-only media, and reads a
+        store of an older schema as it is."""
         self.path = Path(path).expanduser()
+        self.readonly = readonly
         if self.path.exists() and self.path.is_dir():
             raise CognateError(f"{self.path}: is a directory, not a record store")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if readonly and not self.path.is_file():
+            raise CognateError(f"{self.path}: no such record store")
+        if not readonly:
+            self._make_parent()
         try:
-            # isolation_level=None: we issue BEGIN/COMMIT ourselves, one transaction per call.
-            self._conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None
-            )
+            self._conn = self._connect()
             self._setup()
         except sqlite3.DatabaseError as exc:
             self._close_quietly()
             raise CognateError(f"{self.path}: not a usable record store ({exc})") from None
+        except CognateError:
+            self._close_quietly()
+            raise
+
+    def _make_parent(self) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:  # e.g. a parent that is a regular file
+            raise CognateError(
+                f"{self.path}: cannot create its folder: {exc.strerror or exc}"
+            ) from None
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves, one transaction per call.
+        options = {"timeout": BUSY_TIMEOUT_MS / 1000, "isolation_level": None}
+        if not self.readonly:
+            return sqlite3.connect(self.path, **options)
+        # Read-only: mode=ro still needs to write WAL's -shm file beside the store; where
+        # the folder is not writable (read-only media) the file is opened as immutable.
+        writable = os.access(self.path.parent, os.W_OK) and os.access(self.path, os.W_OK)
+        query = "mode=ro" if writable else "immutable=1"
+        uri = f"{self.path.resolve().as_uri()}?{query}"
+        return sqlite3.connect(uri, uri=True, **options)
 
     # -- connection and schema -------------------------------------------------------
 
@@ -172,6 +266,9 @@ class Store:
         conn = self._conn
         conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         conn.execute("PRAGMA foreign_keys = ON")
+        if self.readonly:
+            self.schema = self._readonly_version()
+            return
         if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
             raise sqlite3.DatabaseError("cannot switch the journal to WAL mode")
         # NORMAL is durable against a killed process in WAL mode (only power loss can drop
@@ -183,15 +280,67 @@ class Store:
                 # One statement at a time: executescript() would commit our transaction.
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     conn.execute(statement)
+                self._migrate_to_v2()
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),),
                 )
             elif version > SCHEMA_VERSION:
-                raise CognateError(
-                    f"{self.path}: record store schema version {version} is newer than this "
-                    f"cognate supports ({SCHEMA_VERSION}); upgrade cognate"
+                raise self._too_new(version)
+            elif version < 2:
+                self._migrate_to_v2()
+                conn.execute(
+                    "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
                 )
+            self._fold_simulator_hosts()
+        self.schema = SCHEMA_VERSION
+
+    def _too_new(self, version: int) -> CognateError:
+        return CognateError(
+            f"{self.path}: record store schema version {version} is newer than this "
+            f"cognate supports ({SCHEMA_VERSION}); upgrade cognate"
+        )
+
+    def _readonly_version(self) -> int:
+        version = self._schema_version()
+        if version is None:
+            raise CognateError(f"{self.path}: an empty SQLite file, not a record store")
+        if version > SCHEMA_VERSION:
+            raise self._too_new(version)
+        return version
+
+    def _migrate_to_v2(self) -> None:
+        """v1 -> v2 in the open transaction: new columns and the repeats table (the
+        simulator records are folded by ``_fold_simulator_hosts`` right after)."""
+        conn = self._conn
+        have = {row[1] for row in conn.execute("PRAGMA table_info(measurements)")}
+        for name, kind in _V2_COLUMNS:
+            if name not in have:
+                conn.execute(f"ALTER TABLE measurements ADD COLUMN {name} {kind}")
+        conn.execute(_V2_REPEATS)
+
+    def _fold_simulator_hosts(self) -> None:
+        """One host-independent copy of each simulator record, the newest kept. Run at every
+        writable open, not only in the migration: an older cognate that had the store open
+        before it was migrated may still have added rows under its hostname."""
+        conn = self._conn
+        stored = [r[0] for r in conn.execute("SELECT DISTINCT target FROM measurements")]
+        for target in filter(is_simulated, stored):
+            stray = conn.execute(
+                "SELECT 1 FROM measurements WHERE target = ? AND host != ? LIMIT 1",
+                (target, SIMULATED_HOST),
+            ).fetchone()
+            if stray is None:
+                continue
+            conn.execute(
+                """DELETE FROM measurements WHERE target = ? AND id NOT IN (
+                       SELECT max(id) FROM measurements WHERE target = ?
+                       GROUP BY matrix_id, op, width, config_id)""",
+                (target, target),
+            )
+            conn.execute(
+                "UPDATE measurements SET host = ? WHERE target = ?", (SIMULATED_HOST, target)
+            )
 
     def _schema_version(self) -> int | None:
         has_meta = self._conn.execute(
@@ -260,17 +409,28 @@ class Store:
         space_version: str,
         baseline_hash: str | None = None,
         host: str | None = None,
+        load: tuple[Any, Any] | None = None,
+        repeat: bool = False,
     ) -> int:
         """Store a batch of measurements in one transaction; returns the rows written.
 
-        A re-measurement of the same (matrix, target, op, width, config, host) replaces the
-        old row. ``is_baseline`` is set where the config's hash equals ``baseline_hash``.
-        ``space_version`` (the space's YAML version) is kept per record.
+        The one write path of the store (collect, tune --verify, imports). A
+        re-measurement of the same (matrix, target, op, width, config, host) replaces the
+        old row and counts one more attempt. ``host``: cognate.hostid.host_for decides
+        (``sim`` for simulators, else the given host or this machine's id).
+        ``is_baseline`` is set where the config's hash equals ``baseline_hash``;
+        ``space_version`` (the space's YAML version) is kept per record. ``load``: the
+        machine's load (timing.Load, or its ``as_dict()``) before and after the batch was
+        timed; the records are marked noisy where either was busy. ``repeat``: the batch is
+        a second measurement of stored records, kept in ``repeats`` beside them.
         """
+        if self.readonly:
+            raise CognateError(f"{self.path}: opened read-only")
         if int(width) != width or width < 1:
             raise CognateError(f"record: dense width must be a positive integer, got {width!r}")
-        host = host or socket.gethostname()
+        host = host_for(target, host)
         now = datetime.now(UTC).isoformat(timespec="microseconds")
+        loads = _load_values(load)
         written = 0
         with self._transaction() as conn:
             matrix_id = self._matrix_id(matrix)
@@ -278,6 +438,17 @@ class Store:
             for m in measurements:
                 self._check(m, target, op)
                 cfg = m.config
+                runtimes = (_finite_or_none(m.runtime_s), _finite_or_none(m.spread_s))
+                if repeat:
+                    cursor = conn.execute(
+                        _INSERT_REPEAT,
+                        (*runtimes, m.status, m.error, *loads, now)
+                        + (matrix_id, target, op, int(width), host, cfg.hash),
+                    )
+                    if cursor.rowcount != 1:
+                        raise CognateError(f"record: repeat of config {cfg.hash} not stored")
+                    written += 1
+                    continue
                 conn.execute(_UPSERT_CONFIG, (target, op, space_version, cfg.json, cfg.hash))
                 conn.execute(
                     _UPSERT_MEASUREMENT,
@@ -288,14 +459,14 @@ class Store:
                         int(width),
                         cfg.hash,
                         space_version,
-                        _finite_or_none(m.runtime_s),
-                        _finite_or_none(m.spread_s),
+                        *runtimes,
                         json.dumps(m.counters or {}, sort_keys=True, default=_json_default),
                         m.status,
                         m.error,
                         int(baseline_hash is not None and cfg.hash == baseline_hash),
                         host,
                         now,
+                        *loads,
                     ),
                 )
                 written += 1
@@ -313,18 +484,52 @@ class Store:
 
     # -- reading ---------------------------------------------------------------------
 
+    def resume_state(
+        self, matrix: Matrix, target: str, op: str, width: int, host: str | None = None
+    ) -> dict[str, tuple[str, int]]:
+        """config hash -> (status, attempts) of the records stored for this run on ``host``
+        (resolved as ``record`` does; ``"*"``: any host): what a resume decides by."""
+        query = """SELECT c.hash, r.status, {attempts}, r.error FROM measurements r
+               JOIN matrices m ON m.id = r.matrix_id JOIN configs c ON c.id = r.config_id
+               WHERE m.sha256 = ? AND r.target = ? AND r.op = ? AND r.width = ?"""
+        query = query.format(attempts="r.attempts" if self.schema >= 2 else "1")
+        params: list[Any] = [matrix.sha256, target, op, int(width)]
+        if host != "*":
+            query += " AND r.host = ?"
+            params.append(host_for(target, host))
+        state: dict[str, tuple[str, int]] = {}
+        for config_hash, status, attempts, error in self._conn.execute(query, params):
+            if status == "error" and str(error or "").startswith(MISMATCH_PREFIX):
+                status = "mismatch"
+            # Several hosts ("*"): a success anywhere counts; else the most attempts.
+            old = state.get(config_hash)
+            if old is None or (status not in _RETRYABLE, attempts) > (
+                old[0] not in _RETRYABLE,
+                old[1],
+            ):
+                state[config_hash] = (status, int(attempts))
+        return state
+
     def measured_hashes(
         self, matrix: Matrix, target: str, op: str, width: int, host: str | None = None
     ) -> set[str]:
-        """Hashes of configs already stored for this run (any status): the resume check."""
-        rows = self._conn.execute(
-            """SELECT c.hash FROM measurements r
+        """Hashes of configs already stored for this run (any status)."""
+        return set(self.resume_state(matrix, target, op, width, host))
+
+    def repeats(self) -> pd.DataFrame:
+        """Each repeat beside the record it repeats: matrix, target, op, width, config_hash,
+        host, first_s (the record's runtime), repeat_s, status, repeat_status, noisy."""
+        if self.schema < 2:
+            return pd.DataFrame()
+        return pd.read_sql_query(
+            """SELECT m.name AS matrix, r.target, r.op, r.width, c.hash AS config_hash, r.host,
+                      r.runtime_s AS first_s, p.runtime_s AS repeat_s, r.status,
+                      p.status AS repeat_status, p.noisy, p.time
+               FROM repeats p JOIN measurements r ON r.id = p.measurement_id
                JOIN matrices m ON m.id = r.matrix_id JOIN configs c ON c.id = r.config_id
-               WHERE m.sha256 = ? AND r.target = ? AND r.op = ? AND r.width = ?
-                 AND r.host = ?""",
-            (matrix.sha256, target, op, int(width), host or socket.gethostname()),
-        ).fetchall()
-        return {r[0] for r in rows}
+               ORDER BY p.id""",
+            self._conn,
+        )
 
     def frame(
         self, target: str | None = None, op: str | None = None, status: str | None = None
@@ -335,7 +540,12 @@ class Store:
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
-        query = _FRAME_QUERY + (" WHERE " + " AND ".join(clauses) if clauses else "")
+        if self.schema >= 2:
+            v2 = ", ".join(f"r.{c}" for c in ("attempts", "noisy", *_LOAD_COLUMNS))
+        else:  # a v1 store opened read-only: the columns it lacks, as v1 rows migrate
+            v2 = ", ".join(["1 AS attempts"] + [f"NULL AS {c}" for c in ("noisy", *_LOAD_COLUMNS)])
+        query = _FRAME_QUERY.format(v2_columns=v2)
+        query += " WHERE " + " AND ".join(clauses) if clauses else ""
         query += " ORDER BY r.id"
         # One statement = one consistent WAL snapshot, even while a writer commits.
         df = pd.read_sql_query(query, self._conn, params=params)
@@ -410,11 +620,16 @@ class Store:
         )
         if row.status not in STATUSES:
             raise CognateError(f"import: unknown status {row.status!r}")
+        # a simulator's records are host-independent, whatever an older export called them
+        host = SIMULATED_HOST if is_simulated(row.target) else row.host
+        noisy = _none_if_nan(getattr(row, "noisy", None))
         conn.execute(
             """INSERT INTO measurements (matrix_id, target, op, width, config_id, space_version,
-                   runtime_s, spread_s, counters, status, error, is_baseline, host, time)
+                   runtime_s, spread_s, counters, status, error, is_baseline, host, time,
+                   attempts, noisy, load1_before, busy_before, load1_after, busy_after)
                VALUES ((SELECT id FROM matrices WHERE sha256 = ?), ?, ?, ?,
-                       (SELECT id FROM configs WHERE hash = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                       (SELECT id FROM configs WHERE hash = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?,
+                       ?, ?, ?, ?, ?, ?)
                ON CONFLICT (matrix_id, target, op, width, config_id, host) DO NOTHING""",
             (
                 row.matrix_sha256,
@@ -429,18 +644,24 @@ class Store:
                 row.status,
                 _none_if_nan(row.error),
                 int(bool(row.is_baseline)),
-                row.host,
+                host,
                 pd.Timestamp(row.time).isoformat(timespec="microseconds"),
+                int(_none_if_nan(getattr(row, "attempts", None)) or 1),
+                None if noisy is None or noisy is pd.NA else int(bool(noisy)),
+                *(_finite_or_none(_none_if_nan(getattr(row, c, None))) for c in _LOAD_COLUMNS),
             ),
         )
 
 
-# What an import needs (counters may be absent: a dataset may drop them).
-_IMPORT_COLUMNS = tuple(c for c in FRAME_COLUMNS if c != "counters")
+# What an import needs: the v1 columns (counters may be absent: a dataset may drop them;
+# schema-2 columns are taken where present).
+_IMPORT_COLUMNS = FRAME_COLUMNS[: FRAME_COLUMNS.index("counters")]
 
 
 def _none_if_nan(value: Any) -> Any:
-    return None if value is None or (isinstance(value, float) and math.isnan(value)) else value
+    if value is None or value is pd.NA:
+        return None
+    return None if isinstance(value, float) and math.isnan(value) else value
 
 
 def _write_frame(

@@ -17,6 +17,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import pytest
 import scipy.sparse as sp
 
 from cognate import targets
-from cognate.collect import collect
+from cognate.collect import CollectSummary, collect
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
@@ -35,6 +36,7 @@ from cognate.space import Space
 from cognate.store import Store
 
 TESTS_DIR = Path(__file__).resolve().parent
+MALFORMED = TESTS_DIR / "data" / "malformed"
 
 # --- a test-only target: scipy SpMM variants ----------------------------------------------
 
@@ -544,3 +546,147 @@ def test_from_model_measures_the_models_top_picks(small: list[Path], tmp_path: P
     assert set(records(picked)["config_hash"]) == expected
     # A random sample of 3 is a different set (the model's picks are not the seeded sample).
     assert set(records(db)["config_hash"]) != expected
+
+
+# --- reliability: retries, exact --configs, the quiet-machine protocol, one-line errors -------
+
+
+@pytest.fixture
+def private_timing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private timing lock and job folder: other cognate jobs on this machine neither block
+    these tests nor make their records noisy, and the tests' own helpers are seen."""
+    from cognate import timing
+
+    monkeypatch.setenv(timing.LOCK_ENV, str(tmp_path / "timing.lock"))
+    monkeypatch.setenv(timing.JOBS_ENV, str(tmp_path / "jobs"))
+    return tmp_path
+
+
+class TimeoutRunner(ScipyRunner):
+    """Config hashes in ``FAILS`` time out until measured ``FAILS[hash]`` times; those in
+    ``WRONG`` are always a mismatch. ``SEEN`` counts measurements per hash."""
+
+    FAILS: dict[str, int] = {}
+    WRONG: set[str] = set()
+    SEEN: Counter = Counter()
+
+    def measure_one(self, matrix: Matrix, op: str, width: int, config: Config) -> Measurement:
+        TimeoutRunner.SEEN[config.hash] += 1
+        if config.hash in self.WRONG:
+            return Measurement(config, "error", error="result differs from the reference")
+        if TimeoutRunner.SEEN[config.hash] <= self.FAILS.get(config.hash, 0):
+            return Measurement(config, "timeout", error="over 1 s")
+        return super().measure_one(matrix, op, width, config)
+
+
+def test_resume_retries_timeouts_and_errors_up_to_retries(
+    small: list[Path], private_timing: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flaky = targets.Target("scipy-test", ScipySpace, TimeoutRunner, exclusive=True)
+    monkeypatch.setattr(targets, "get_target", lambda name: flaky)
+    configs = [c for c in ScipySpace("spmm").all() if c != ScipySpace("spmm").baseline((1, 1))]
+    once, always, wrong = configs[0].hash, configs[1].hash, configs[2].hash
+    TimeoutRunner.FAILS = {once: 1, always: 99}
+    TimeoutRunner.WRONG = {wrong}
+    TimeoutRunner.SEEN = Counter()
+    db = private_timing / "r.db"
+
+    def run_once(**options: Any) -> CollectSummary:
+        return collect(
+            "scipy-flaky", "spmm", 16, small[:1], db_path=db, all_configs=True, **options
+        )
+
+    first = run_once()
+    assert first.statuses["timeout"] == 2 and first.statuses["error"] == 1
+    # Resume: the two timeouts are measured again (with the baseline); the mismatch is done.
+    second = run_once()
+    assert second.retried == 2 and second.written == 3 and second.statuses["ok"] == 2
+    third = run_once()  # `always` is on its third attempt: still within --retries 2
+    assert third.retried == 1 and TimeoutRunner.SEEN[always] == 3
+    assert run_once().written == 0  # attempts used up: done
+    assert run_once(retry_failed=True).retried == 1  # forced
+    assert TimeoutRunner.SEEN[wrong] == 1 and TimeoutRunner.SEEN[once] == 2
+    df = records(db).set_index("config_hash")
+    assert df.loc[always, "attempts"] == 4 and df.loc[once, "status"] == "ok"
+    assert df.loc[wrong, "attempts"] == 1
+    assert run_once(retries=0).written == 0
+
+
+def test_configs_n_is_exact_and_spread_over_families(shared: Path) -> None:
+    from cognate.collect import choose_configs
+    from cognate.io import load_matrix
+    from cognate.targets.cpu.space import make_space
+
+    matrix = load_matrix(shared / "matrices" / "suitesparse" / "bcsstk13.mtx.gz")
+    space = make_space("spmm")
+    assert len(space.sample(8, 0, matrix.shape)) > 9  # the sample alone holds more than 8
+    for n in (1, 8, 20):
+        baseline, configs = choose_configs(space, matrix, n, False, seed=0)
+        assert configs[0] == baseline and len({c.hash for c in configs}) == n + 1
+    families = {c.knobs.get("family", "csr") for c in configs}
+    assert len(families) == 3  # csr, dia and bcsr all present in 20
+
+
+def test_quiet_machine_protocol(
+    small: list[Path], fake_targets: None, private_timing: Path
+) -> None:
+    """A cpu-like (exclusive) collection waits for the timing lock, records the load around
+    each timing, marks records noisy (one warning line) while another cognate job runs, and
+    times a fixed 5% of each matrix's configs twice."""
+    import io
+
+    from rich.console import Console
+
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time, sys\n"
+            "from cognate.timing import job_marker, timing_lock\n"
+            "with job_marker('collect-spade'):\n"
+            "    with timing_lock():\n"
+            "        print('holding', flush=True); time.sleep(2)\n"
+            "    print(time.time(), flush=True); time.sleep(120)\n",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "holding"
+        out = io.StringIO()
+        db = private_timing / "r.db"
+        summary = collect(
+            "scipy-test", "spmm", 16, small, db_path=db, all_configs=True,
+            console=Console(file=out, width=300),
+        )  # fmt: skip
+        released = float(holder.stdout.readline())
+    finally:
+        holder.kill()
+        holder.wait()
+    lines = out.getvalue().splitlines()
+    assert any("waiting for the timing lock" in line for line in lines)
+    assert sum("timings unreliable" in line for line in lines) == 1, lines
+    df = records(db)
+    assert (df["time"].map(lambda t: t.timestamp()) > released).all()  # none timed under the lock
+    assert df["noisy"].all() and summary.noisy == summary.written == 36
+    assert df[["load1_before", "busy_before", "load1_after", "busy_after"]].notna().all().all()
+    # 5% of 18 configs, rounded up: one per matrix, the same ones for the same seed.
+    with Store(db) as store:
+        repeats = store.repeats()
+    assert len(repeats) == 2 and (repeats["repeat_status"] == "ok").all()
+    assert "2 repeats: Spearman" in summary.line() and "median spread" in summary.line()
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in MALFORMED.iterdir()))
+def test_spade_collect_on_a_malformed_file_is_one_line(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cognate.cli import run
+
+    path = MALFORMED / name
+    args = ["collect", "--target", "spade", "--op", "spmm", "--db", str(tmp_path / "r.db")]
+    with pytest.raises(SystemExit) as exit_info:
+        run([*args, str(path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert exit_info.value.code == 1 and len(err) == 1, err
+    assert str(path) in err[0] and "internal error" not in err[0]

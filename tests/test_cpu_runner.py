@@ -159,3 +159,42 @@ def test_mismatch_detects_a_single_wrong_entry(matrix: Matrix) -> None:
     problem = mismatch(call.result(), ref, tol)
     assert problem is not None and "1 of" in problem
     assert mismatch(np.full_like(ref, np.nan), ref, tol) is not None  # NaN is never close
+
+
+# --- the kernel cache: manifest and partial builds -------------------------------------------
+
+
+def test_kernel_cache_checks_its_manifest_and_cleans_partial_builds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import sys
+
+    from cognate import build
+
+    monkeypatch.setenv("COGNATE_HOME", str(tmp_path))
+    build._clean_partial_builds.cache_clear()
+    source = "int cognate_answer(void) { return 42; }\n"
+    lib = compile_c(source, openmp=False)
+    assert build.verified(lib) and lib.with_name(lib.name + ".sha256").is_file()
+    again = compile_c(source, openmp=False)
+    assert again == lib and lib.read_bytes() == again.read_bytes()  # deterministic build
+    # A library that does not match its manifest entry is never loaded, and is rebuilt.
+    good = lib.read_bytes()
+    lib.write_bytes(good[:-16] + bytes(16))
+    with pytest.raises(Exception, match="does not match the cache manifest"):
+        build.load_library(str(lib))
+    assert compile_c(source, openmp=False).read_bytes() == good
+    assert build.load_library(str(lib)).cognate_answer() == 42
+    # A compile killed mid-way leaves its build folder; the next process removes it.
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    partial = lib.parent / f"build-{int(dead.stdout)}-abc"
+    partial.mkdir()
+    (partial / "kernel.c").write_text(source)
+    live = lib.parent / f"build-{__import__('os').getpid()}-xyz"  # a build in progress stays
+    live.mkdir()
+    build._clean_partial_builds.cache_clear()
+    build.kernel_cache_dir()
+    assert not partial.exists() and live.exists()

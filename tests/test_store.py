@@ -311,3 +311,188 @@ def test_readers_see_whole_batches_during_writes(tmp_path: Path) -> None:
     assert _batch_sizes(db).sum() == 2 * batches * BATCH
     # The readers really overlapped the writes (they saw intermediate states).
     assert any(0 < t < 2 * batches * BATCH for totals in seen for t in totals)
+
+
+# --- schema 2: host ids, attempts, load, repeats, migration, read-only ------------------------
+
+
+def _spade_configs(n: int) -> list[Config]:
+    return [Config("spade", "spmm", {"i": i}) for i in range(n)]
+
+
+def _v1_store(path: Path, west: Matrix) -> None:
+    """A store as schema 1 wrote it: spade records under two hostnames (a container that
+    restarted) and cpu records under one."""
+    from cognate import store as store_module
+
+    conn = sqlite3.connect(path)
+    for statement in filter(str.strip, store_module._SCHEMA.split(";")):
+        conn.execute(statement)
+    conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+    rows, cols = west.shape
+    conn.execute(
+        "INSERT INTO matrices VALUES (1, ?, ?, ?, ?, ?, ?)",
+        (west.name, west.source, west.sha256, rows, cols, west.nnz),
+    )
+    configs = _spade_configs(3) + _configs(2)
+    for i, c in enumerate(configs):
+        conn.execute(
+            "INSERT INTO configs VALUES (?, ?, ?, 'v1', ?, ?)",
+            (i + 1, c.target, c.op, c.json, c.hash),
+        )
+    rows_in = [
+        (1, "spade", i + 1, host, t) for host, t in (("vm", 1.0), ("vm2", 2.0)) for i in range(3)
+    ]
+    rows_in += [(1, "cpu", 4 + i, "vm", 5.0) for i in range(2)]
+    for matrix_id, target, config_id, host, runtime in rows_in:
+        conn.execute(
+            """INSERT INTO measurements (matrix_id, target, op, width, config_id, space_version,
+               runtime_s, spread_s, counters, status, error, is_baseline, host, time)
+               VALUES (?, ?, 'spmm', 32, ?, 'v1', ?, 0, '{}', 'ok', NULL, 0, ?, '2026-01-01')""",
+            (matrix_id, target, config_id, runtime, host),
+        )
+    conn.commit()
+    conn.close()
+
+
+def test_v1_store_is_migrated_and_simulator_copies_fold_into_one(
+    tmp_path: Path, west: Matrix
+) -> None:
+    db = tmp_path / "v1.sqlite"
+    _v1_store(db, west)
+    with Store(db, readonly=True) as store:  # read-only: read as it is, not migrated
+        assert store.schema == 1 and len(store.frame()) == 8
+    with Store(db) as store:
+        assert store.schema == SCHEMA_VERSION == 2
+        df = store.frame()
+        spade = df[df["target"] == "spade"]
+        # One host-independent copy per config, the newest (runtime 2.0) kept.
+        assert len(spade) == 3 and set(spade["host"]) == {"sim"}
+        assert set(spade["runtime_s"]) == {2.0}
+        cpu = df[df["target"] == "cpu"]
+        assert len(cpu) == 2 and set(cpu["host"]) == {"vm"}  # real timings keep their host
+        assert (df["attempts"] == 1).all() and df["noisy"].isna().all()
+        # A resume on any machine sees the simulator records as done.
+        assert len(store.resume_state(west, "spade", "spmm", 32)) == 3
+    # An older cognate that opened the store before the migration keeps writing hostname
+    # rows: the next writable open folds them too.
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            """INSERT INTO measurements (matrix_id, target, op, width, config_id, space_version,
+               runtime_s, spread_s, counters, status, error, is_baseline, host, time)
+               VALUES (1, 'spade', 'spmm', 32, 1, 'v1', 3.0, 0, '{}', 'ok', NULL, 0, 'vm',
+                       '2026-01-02')"""
+        )
+    with Store(db) as store:
+        spade = store.frame(target="spade")
+        assert len(spade) == 3 and set(spade["host"]) == {"sim"}
+        assert sorted(spade["runtime_s"]) == [2.0, 2.0, 3.0]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def test_host_ids(tmp_path: Path, west: Matrix, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cognate.hostid import machine_id
+
+    monkeypatch.delenv("COGNATE_HOST_ID", raising=False)
+    spade = [Measurement(c, "ok", 1.0, 0.0) for c in _spade_configs(2)]
+    cpu = [Measurement(c, "ok", 1.0, 0.0) for c in _configs(2)]
+    with Store(tmp_path / "r.sqlite") as store:
+        store.record(west, "spade", "spmm", 32, spade, space_version="v1", host="elsewhere")
+        store.record(west, "cpu", "spmm", 32, cpu, space_version="v1")
+        monkeypatch.setenv("COGNATE_HOST_ID", "lab-box-3")
+        store.record(west, "cpu", "spmm", 32, cpu, space_version="v1")
+        hosts = store.frame().groupby("target")["host"].agg(set).to_dict()
+        assert hosts == {"spade": {"sim"}, "cpu": {machine_id(), "lab-box-3"}}
+        assert machine_id().startswith("h-") and machine_id() != __import__("socket").gethostname()
+        monkeypatch.setenv("COGNATE_HOST_ID", "two words")
+        with pytest.raises(CognateError, match="COGNATE_HOST_ID 'two words'"):
+            store.record(west, "cpu", "spmm", 32, cpu, space_version="v1")
+
+
+def test_attempts_load_and_repeats(tmp_path: Path, west: Matrix) -> None:
+    from cognate.timing import Load
+
+    c = _configs(3)
+    quiet = Load(load1=0.2, busy_cores=0.1, cores=2, threads=2)
+    busy = Load(load1=3.9, busy_cores=1.9, cores=2, threads=2)
+    with Store(tmp_path / "r.sqlite") as store:
+        first = [
+            Measurement(c[0], "timeout", None, None, {}, "over 1 s"),
+            Measurement(c[1], "error", None, None, {}, "result differs from scipy at 3 of 9"),
+            Measurement(c[2], "ok", 2e-3, 1e-5),
+        ]
+        store.record(
+            west, "cpu", "spmm", 32, first, space_version="v1", host="h", load=(quiet, quiet)
+        )
+        store.record(
+            west, "cpu", "spmm", 32, first[:1], space_version="v1", host="h", load=(quiet, busy)
+        )
+        state = store.resume_state(west, "cpu", "spmm", 32, host="h")
+        assert state == {
+            c[0].hash: ("timeout", 2),
+            c[1].hash: ("mismatch", 1),
+            c[2].hash: ("ok", 1),
+        }
+        df = store.frame().set_index("config_hash")
+        assert df.loc[c[0].hash, "noisy"] and not df.loc[c[2].hash, "noisy"]
+        assert df.loc[c[0].hash, "busy_after"] == 1.9 and df.loc[c[2].hash, "load1_before"] == 0.2
+        again = [Measurement(c[2], "ok", 2.2e-3, 1e-5)]
+        store.record(west, "cpu", "spmm", 32, again, space_version="v1", host="h", repeat=True)
+        repeats = store.repeats()
+        assert repeats[["config_hash", "first_s", "repeat_s"]].values.tolist() == [
+            [c[2].hash, 2e-3, 2.2e-3]
+        ]
+        assert len(store.frame()) == 3  # a repeat is not a record of its own
+        other = [Measurement(_configs(5)[4], "ok", 1.0, 0.0)]
+        with pytest.raises(CognateError, match="repeat of config .* not stored"):
+            store.record(west, "cpu", "spmm", 32, other, space_version="v1", host="h", repeat=True)
+
+
+def test_read_only_media_export(
+    tmp_path: Path, west: Matrix, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store on read-only media opens as immutable: export works, nothing is written."""
+    folder = tmp_path / "media"
+    folder.mkdir()
+    _v1_store(folder / "r.sqlite", west)
+    before = sorted(p.name for p in folder.iterdir())
+    real_access = __import__("os").access
+    monkeypatch.setattr(
+        "os.access",
+        lambda p, mode, **kw: False if mode & __import__("os").W_OK else real_access(p, mode, **kw),
+    )
+    out = tmp_path / "out.csv"
+    code = _cli_code(["data", "export", "--db", str(folder / "r.sqlite"), "-o", str(out)])
+    assert code == 0 and len(pd.read_csv(out)) == 8
+    assert sorted(p.name for p in folder.iterdir()) == before  # no -wal, -shm, no migration
+    with Store(folder / "r.sqlite", readonly=True) as store, pytest.raises(CognateError):
+        store.record(west, "cpu", "spmm", 32, [], space_version="v1")
+
+
+def _cli_code(args: list[str]) -> int:
+    try:
+        run(args)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    return 0
+
+
+@pytest.mark.parametrize("case", ["corrupt", "directory", "under_file"])
+def test_unusable_store_paths_are_one_line(
+    tmp_path: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    corrupt = tmp_path / "corrupt.sqlite"
+    corrupt.write_bytes(b"SQLite format 3\x00" + bytes(range(256)) * 16)
+    db = {"corrupt": corrupt, "directory": tmp_path, "under_file": blocker / "r.sqlite"}[case]
+    matrix = Path(__file__).parent / "data" / "malformed" / "notes.txt"  # never reached
+    for args in (
+        ["data", "export", "--db", str(db), "-o", str(tmp_path / "o.csv")],
+        ["collect", "--target", "spade", "--op", "spmm", "--db", str(db), str(matrix)],
+    ):
+        code = _cli_code(args)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 1 and len(err) == 1, (args, err)
+        assert str(db) in err[0] and "internal error" not in err[0], err

@@ -15,6 +15,7 @@ import click
 
 from cognate import __version__
 from cognate.errors import CognateError
+from cognate.lifetime import exit_code_of
 
 _COMMAND_MODULES: tuple[str, ...] = (
     "cognate.cli.data_matrix",
@@ -75,9 +76,9 @@ def run(argv: list[str] | None = None) -> None:
             raise
         error_line(str(exc))
         sys.exit(1)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM/SIGHUP where a command stops on them
         error_line("interrupted")
-        sys.exit(130)
+        sys.exit(exit_code_of(exc))
     except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
         if debug:
             raise

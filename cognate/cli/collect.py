@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from cognate.collect import DEFAULT_CONFIGS, DEFAULT_WIDTH, collect
+from cognate.collect import DEFAULT_CONFIGS, DEFAULT_RETRIES, DEFAULT_WIDTH, collect
 
 
 @click.command("collect")
@@ -23,7 +23,7 @@ from cognate.collect import DEFAULT_CONFIGS, DEFAULT_WIDTH, collect
 )
 @click.option("--all-configs", is_flag=True, help="Every config of the space (spade, gpu).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
-@click.option("--db", "db_path", required=True, type=click.Path(dir_okay=False), help="Store file.")
+@click.option("--db", "db_path", required=True, type=click.Path(), help="Store file.")
 @click.option(
     "--ray",
     "ray_address",
@@ -41,6 +41,21 @@ from cognate.collect import DEFAULT_CONFIGS, DEFAULT_WIDTH, collect
     help="Measure this cost model's top --configs candidates per matrix (those "
     "`cognate tune` would pick) instead of a random sample: refines the model where it searches.",
 )
+@click.option(
+    "--retries",
+    type=int,
+    default=DEFAULT_RETRIES,
+    show_default=True,
+    help="Times a resume measures a stored timeout/error record again.",
+)
+@click.option("--retry-failed", is_flag=True, help="Re-measure every timeout/error record.")
+@click.option(
+    "--host-id",
+    default=None,
+    metavar="ID",
+    help="This machine's id in the records (default $COGNATE_HOST_ID, else a hash of the "
+    "CPU model, core count and memory).",
+)
 @click.argument("matrices", nargs=-1, required=True, type=click.Path())
 @click.pass_context
 def collect_command(
@@ -57,6 +72,9 @@ def collect_command(
     timeout_s: float | None,
     repeats: int | None,
     from_model: str | None,
+    retries: int,
+    retry_failed: bool,
+    host_id: str | None,
     matrices: tuple[str, ...],
 ) -> None:
     """Measure configs of each MATRIX (files or folders); resumable, Ctrl-C safe."""
@@ -79,6 +97,9 @@ def collect_command(
         jobs=jobs,
         runner_options=runner_options,
         from_model=from_model,
+        retries=retries,
+        retry_failed=retry_failed,
+        host_id=host_id,
     )
     click.echo(f"cognate: {summary.line()}")
     ctx.exit(summary.exit_code)

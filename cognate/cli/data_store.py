@@ -25,7 +25,7 @@ def register(main: click.Group, data: click.Group) -> None:
 @click.option(
     "--db",
     "db_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="Record store (default: $COGNATE_HOME/records.sqlite).",
 )
@@ -68,7 +68,7 @@ def export(
     db_path = db_path or default_db_path()
     if not db_path.is_file():  # never create an empty store just to export it
         raise CognateError(f"{db_path}: no such record store")
-    with Store(db_path) as store:
+    with Store(db_path, readonly=True) as store:
         if output is not None:
             rows = store.export(output, target=target, op=op, status=status)
             click.echo(f"wrote {rows} records to {output}")

@@ -69,7 +69,7 @@ def _check_shapes(peer: PeerFile, lines: list[WacoLine], matrix: Matrix) -> None
 @click.option(
     "--db",
     "db_path",
-    type=click.Path(dir_okay=False, path_type=Path),
+    type=click.Path(path_type=Path),
     default=None,
     help="Record store (default: $COGNATE_HOME/records.sqlite).",
 )

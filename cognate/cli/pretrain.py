@@ -48,7 +48,7 @@ def load_runs(db: Path, space: Space) -> list[MatrixRuns]:
 
     if not db.is_file():
         raise CognateError(f"{db}: no such record store")
-    with Store(db) as store:
+    with Store(db, readonly=True) as store:
         frame = store.frame(target=space.target, op=space.op, status="ok")
     if frame.empty:
         raise CognateError(f"{db}: no ok records for target {space.target}, op {space.op}")

@@ -180,7 +180,7 @@ def measured_configs(db: Path, space: Space) -> dict[str, set[str]]:
     status (a config too large for a matrix was measured: it cannot run there)."""
     from cognate.store import Store
 
-    with Store(db) as store:
+    with Store(db, readonly=True) as store:
         frame = store.frame(target=space.target, op=space.op)
     frame = frame[frame["space_version"].map(space.accepts_version)]  # as load_runs
     return {k: set(g) for k, g in frame.groupby("matrix_sha256")["config_hash"]}

@@ -396,11 +396,33 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
         meta = json.loads(raw)
     except json.JSONDecodeError:
         raise CognateError(f"{path}: corrupt cognate metadata") from None
-    if meta.get("format") != CHECKPOINT_FORMAT:
-        raise CognateError(
-            f"{path}: checkpoint format {meta.get('format')!r} is not {CHECKPOINT_FORMAT}"
-        )
+    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
+        found = meta.get("format") if isinstance(meta, dict) else None
+        raise CognateError(f"{path}: checkpoint format {found!r} is not {CHECKPOINT_FORMAT}")
+    _check_metadata_fields(path, meta)
     return meta
+
+
+# What loading reads from the metadata: (section, key, type). A file missing one gets a
+# line naming it, not "internal error: KeyError".
+_REQUIRED_FIELDS: tuple[tuple[str, str, type], ...] = (
+    ("space", "name", str),
+    ("space", "version", str),
+    ("encoder", "kind", str),
+    ("encoder", "dim", int),
+    ("preset", "name", str),
+)
+
+
+def _check_metadata_fields(path: str | Path, meta: dict[str, Any]) -> None:
+    for section, key, kind in _REQUIRED_FIELDS:
+        block = meta.get(section)
+        if not isinstance(block, dict):
+            raise CognateError(f"{path}: model metadata has no {section!r} section")
+        if not isinstance(block.get(key), kind) or isinstance(block.get(key), bool):
+            raise CognateError(
+                f"{path}: model metadata {section}.{key} is missing or not a {kind.__name__}"
+            )
 
 
 def _check_space(path: str | Path, meta: dict[str, Any], space: Space) -> None:
@@ -420,9 +442,23 @@ def _new_model(path: str | Path, meta: dict[str, Any], encoder_dim: int) -> Cost
     ``encoder_dim`` is the width of the encoder rebuilt here, which must be the trained one."""
     if encoder_dim != meta["encoder"]["dim"]:
         raise CognateError(f"{path}: encoder width {meta['encoder']['dim']} != {encoder_dim} here")
-    preset = preset_from_dict(
-        meta["preset"]["name"], {k: v for k, v in meta["preset"].items() if k != "name"}
-    )
+    try:
+        preset = preset_from_dict(
+            meta["preset"]["name"], {k: v for k, v in meta["preset"].items() if k != "name"}
+        )
+    except CognateError as err:
+        raise CognateError(f"{path}: {err}") from None
+    # Sized on the meta device first (no memory): metadata claiming a huge layer is refused
+    # before anything is allocated, since the weights it needs cannot be in the file.
+    with torch.device("meta"):
+        shape_only = CostModel(preset, encoder_dim)
+    needed = sum(t.numel() * t.element_size() for t in shape_only.state_dict().values())
+    size = Path(path).stat().st_size
+    if needed > size:
+        raise CognateError(
+            f"{path}: metadata describes a model of {needed} bytes of weights, "
+            f"but the file has only {size} bytes"
+        )
     return CostModel(preset, encoder_dim)
 
 

@@ -16,6 +16,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from multiprocessing.connection import Connection
@@ -105,8 +106,18 @@ class _Worker:
         # barrier on a shared 2-core box waits out other processes' time slices, and a
         # 20-us kernel reads as 40 ms (measured here); passive costs little on an idle node.
         env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "passive")}
+        # The worker dies with this process (cognate.lifetime); the parent-death signal only
+        # where this thread is the main one (it fires when the starting thread exits).
+        pdeathsig = int(threading.current_thread() is threading.main_thread())
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "cognate.targets.cpu.worker", str(theirs.fileno())],
+            [
+                sys.executable,
+                "-m",
+                "cognate.targets.cpu.worker",
+                str(theirs.fileno()),
+                str(os.getpid()),
+                str(pdeathsig),
+            ],
             pass_fds=(theirs.fileno(),),
             env=env,
             stdin=subprocess.DEVNULL,

@@ -1,6 +1,6 @@
 """The cpu runner's worker process: pack, validate and time kernels for one matrix at a time.
 
-Started by ``CpuRunner`` as ``python -m cognate.targets.cpu.worker FD`` (a fresh
+Started by ``CpuRunner`` as ``python -m cognate.targets.cpu.worker FD PARENT_PID PDEATHSIG`` (a fresh
 interpreter: no fork of a threaded driver, no re-import of the caller's main script, which
 multiprocessing's spawn would do) and spoken to over a socket wrapped in a
 multiprocessing Connection. Requests are plain tuples and dicts:
@@ -18,6 +18,7 @@ multiprocessing Connection. Requests are plain tuples and dicts:
 from __future__ import annotations
 
 import math
+import signal
 import statistics
 import sys
 import time
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from cognate.lifetime import die_with_parent
 from cognate.targets.cpu.families import StructuredView, family_of, make_call, view_of
 from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
 from cognate.targets.cpu.pack import TooLarge, pack
@@ -138,6 +140,12 @@ def serve(conn: Connection) -> None:
 
 
 def main(argv: list[str]) -> None:
+    # A hung kernel never reads the socket again: only dying with the driver (a killed
+    # collect or tune) keeps it from spinning on as an orphan.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # the driver's to handle
+        signal.signal(signum, signal.SIG_IGN)
+    if len(argv) > 2:
+        die_with_parent(int(argv[2]), pdeathsig=len(argv) < 4 or argv[3] == "1")
     serve(Connection(int(argv[1])))
 
 
