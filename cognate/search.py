@@ -461,17 +461,28 @@ class TuneResult:
         best, lib = self.best.runtime_s, self.library_runtime_s
         return lib / best if best and lib and self.best.status == "ok" else None
 
-    def kernel(self, *operands: np.ndarray) -> np.ndarray | sp.csr_matrix:
-        """Run the chosen schedule (cpu only). SpMM: ``kernel(B)`` -> dense A @ B; SDDMM:
-        ``kernel(X, Y)`` -> CSR with A's pattern, A * (X @ Y.T). A is packed once per width."""
+    def kernel(self, *operands: Any, out: Any = None) -> Any:
+        """Run the chosen schedule (cpu only): SpMM ``kernel(B, out=None)`` -> A @ B; SDDMM
+        ``kernel(X, Y, out=None)`` -> CSR with A's pattern, A * (X @ Y.T).
+
+        A is packed and the kernel compiled once per dense width. The operands are read in
+        place when they are float32 and C-contiguous (numpy arrays or torch CPU tensors);
+        anything else is copied once into that form. The result is written into ``out`` when
+        given (SpMM: float32 M x width; SDDMM: float32 A.nnz values in A's CSR order; a wrong
+        shape or dtype is one clear CognateError), else into one newly allocated array.
+        Torch inputs give torch outputs. See cognate/targets/cpu/tuned.py.
+        """
         if self.target != "cpu":
             raise CognateError(f"a callable kernel exists for the cpu target, not {self.target}")
         from cognate.targets.cpu.kernel import check_operands
+        from cognate.targets.cpu.tuned import TunedKernel, as_dense, is_torch
 
-        width = check_operands(self.op, self.matrix.shape, operands)
+        arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
+        width = check_operands(self.op, self.matrix.shape, arrays)
         if width not in self._kernels:
-            self._kernels[width] = _CpuKernel(self.matrix, self.op, self.config, operands)
-        return self._kernels[width](operands)
+            self._kernels[width] = TunedKernel(self.matrix, self.op, self.config, arrays)
+        as_torch = any(is_torch(a) for a in operands)
+        return self._kernels[width].run(arrays, out=out, as_torch=as_torch)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object of ``cognate tune --json``."""
@@ -511,32 +522,6 @@ class TuneResult:
             out["speedup_vs_library"] = self.speedup_vs_library
             out["library_error"] = self.library_error
         return out
-
-
-class _CpuKernel:
-    """The chosen cpu schedule for one dense width: ``prepare_kernel`` packs A and compiles
-    once; each call copies the operands into buffers the prepared call reads in place."""
-
-    def __init__(
-        self, matrix: Matrix, op: str, config: Config, operands: Sequence[np.ndarray]
-    ) -> None:
-        from cognate.targets.cpu.runner import prepare_kernel
-
-        self.csr, self.op = matrix.csr, op
-        # Private float32 copies: the prepared call would otherwise alias the caller's arrays,
-        # and copying the next call's operands in would overwrite them.
-        self.buffers = tuple(np.array(a, dtype=np.float32, order="C") for a in operands)
-        self.call = prepare_kernel(matrix, op, config, *self.buffers)
-
-    def __call__(self, operands: Sequence[np.ndarray]) -> np.ndarray | sp.csr_matrix:
-        for buffer, array in zip(self.buffers, operands, strict=True):
-            np.copyto(buffer, array, casting="unsafe")
-        self.call()
-        out = self.call.result().copy()  # the output buffer is reused by the next call
-        if self.op == "spmm":
-            return out
-        csr = self.csr
-        return sp.csr_matrix((out, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
 
 
 # --- tune: the whole search -----------------------------------------------------------------

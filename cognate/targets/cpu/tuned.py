@@ -1,0 +1,136 @@
+"""The tuned cpu kernel as a user calls it: ``result.kernel(B, out=C)``, without copies.
+
+A is packed and the kernel compiled once per dense width; each call reads the caller's dense
+operands in place and writes into ``out`` (or one fresh array). numpy arrays and torch CPU
+tensors are both accepted, so the kernel drops into a PyTorch layer. Copying B in and C out
+on each call used to cost more than the SpMM itself on matrices under ~100k nnz (DESIGN 11).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from cognate.config import Config
+from cognate.errors import CognateError
+from cognate.matrix import Matrix
+from cognate.targets.cpu.kernel import BoundKernel, check_operands
+
+
+def is_torch(value: Any) -> bool:
+    return type(value).__module__.startswith("torch") and hasattr(value, "numpy")
+
+
+def as_dense(value: Any, what: str) -> np.ndarray:
+    """A float32, C-contiguous, aligned numpy view of ``value`` (numpy array or torch CPU
+    tensor); copied only when it is not one already (another dtype, strided, on a device)."""
+    if is_torch(value):
+        if value.device.type != "cpu":
+            raise CognateError(f"{what}: a torch tensor on {value.device}, the kernel runs on cpu")
+        tensor = value.detach()
+        if tensor.dtype != _torch().float32 or not tensor.is_contiguous():
+            tensor = tensor.to(_torch().float32).contiguous()
+        return tensor.numpy()
+    return np.require(np.asarray(value), dtype=np.float32, requirements=("C", "A"))
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _output(out: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """``out`` as a writable numpy view: float32, C-contiguous, of ``shape``; else one line."""
+    if is_torch(out) and out.device.type != "cpu":
+        raise CognateError(f"out: a torch tensor on {out.device}, the kernel writes on cpu")
+    array = out.detach().numpy() if is_torch(out) else out
+    if not isinstance(array, np.ndarray):
+        raise CognateError(f"out must be a numpy array or torch tensor, got {type(out).__name__}")
+    if array.shape != shape or array.dtype != np.float32:
+        raise CognateError(
+            f"out has shape {array.shape} and dtype {array.dtype}; the kernel writes "
+            f"float32 of shape {shape}"
+        )
+    if not (array.flags.c_contiguous and array.flags.aligned and array.flags.writeable):
+        raise CognateError("out must be C-contiguous, aligned and writable")
+    return array
+
+
+class TunedKernel:
+    """One cpu schedule of one matrix, packed and compiled for one dense width.
+
+    SpMM: ``self(B, out=None)`` -> C = A @ B (M x width). SDDMM: ``self(X, Y, out=None)`` ->
+    A * (X @ Y.T) with A's pattern: a scipy CSR (a torch CSR tensor when X or Y is a torch
+    tensor) whose values are ``out`` (A.nnz float32, in A's CSR order) when given.
+    Not thread-safe: the SDDMM slot buffer of a padded layout is shared between calls.
+    """
+
+    def __init__(self, matrix: Matrix, op: str, config: Config, operands: tuple[Any, ...]) -> None:
+        from cognate.targets.cpu.runner import prepare_kernel
+
+        self.matrix, self.op = matrix, op
+        arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
+        self.width = check_operands(op, matrix.shape, arrays)
+        self.call: BoundKernel = prepare_kernel(matrix, op, config, *arrays)
+        self._direct = op == "spmm" or (
+            self.call.out.size == matrix.nnz
+            and _identity(self.call.packed.nz_positions, matrix.nnz)
+        )
+        csr = matrix.csr
+        self._indptr, self._indices = _read_only(csr.indptr), _read_only(csr.indices)
+        self._torch_index: tuple[Any, Any] | None = None
+
+    def __call__(self, *operands: Any, out: Any = None) -> Any:
+        arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
+        return self.run(arrays, out, any(is_torch(a) for a in operands))
+
+    def run(self, arrays: tuple[np.ndarray, ...], out: Any = None, as_torch: bool = False) -> Any:
+        """``self(...)`` on operands already made dense by ``as_dense``; ``as_torch``: the
+        caller passed torch tensors (a result without ``out`` is then a torch tensor)."""
+        if check_operands(self.op, self.matrix.shape, arrays) != self.width:
+            raise CognateError(f"cpu {self.op}: kernel prepared for width {self.width}")
+        to_torch = out is None and as_torch
+        if self.op == "spmm":
+            target = self._fresh_or(out, (self.matrix.shape[0], self.width))
+            self.call.call_on(arrays, target)
+            return _torch().from_numpy(target) if to_torch else (out if out is not None else target)
+        values = self._fresh_or(out, (self.matrix.nnz,))
+        if self._direct:
+            self.call.call_on(arrays, values)
+        else:  # a padded layout: run into its slots, gather A's entries
+            self.call.call_on(arrays, self.call.out)
+            np.take(self.call.out, self.call.packed.nz_positions, out=values)
+        return self._sddmm_result(values, to_torch or is_torch(out))
+
+    @staticmethod
+    def _fresh_or(out: Any, shape: tuple[int, ...]) -> np.ndarray:
+        # np.empty: every kernel writes each output entry (SpMM zeroes C itself).
+        return np.empty(shape, dtype=np.float32) if out is None else _output(out, shape)
+
+    def _sddmm_result(self, values: np.ndarray, as_torch: bool) -> Any:
+        if as_torch:
+            torch = _torch()
+            if self._torch_index is None:  # once: torch wants writable index arrays
+                self._torch_index = (
+                    torch.from_numpy(self._indptr.copy()),
+                    torch.from_numpy(self._indices.copy()),
+                )
+            return torch.sparse_csr_tensor(
+                *self._torch_index, torch.from_numpy(values), size=self.matrix.shape
+            )
+        # A's index arrays are shared (read-only), not copied per call.
+        return sp.csr_matrix((values, self._indices, self._indptr), shape=self.matrix.shape)
+
+
+def _identity(positions: np.ndarray, nnz: int) -> bool:
+    """Whether slot i holds A's CSR entry i for every i (no padding, no reordering)."""
+    return positions.size == nnz and bool((positions == np.arange(nnz)).all())
+
+
+def _read_only(array: np.ndarray) -> np.ndarray:
+    view = array.view()
+    view.flags.writeable = False
+    return view
