@@ -67,14 +67,26 @@ def _print_summary(console: Console, result: Any) -> None:
     if best.status != "ok":
         console.print("no top-k candidate ran successfully; see the table")
         return
-    text = f"best: rank {best.rank}, {_time(best.runtime_s)}, {best.description}"
-    if result.speedup_vs_baseline is not None:
-        text += f"; {result.speedup_vs_baseline:.3f}x vs baseline"
+    if result.kept_baseline:
+        text = f"kept the baseline: no candidate beat it ({_time(best.runtime_s)})"
+    else:
+        text = f"best: rank {best.rank}, {_time(best.runtime_s)}, {best.description}"
+        if result.speedup_vs_baseline is not None:
+            text += f"; {result.speedup_vs_baseline:.3f}x vs baseline"
     if result.speedup_vs_library is not None:
         text += f"; {result.speedup_vs_library:.3f}x vs {result.library}"
-    elif getattr(result, "library_error", None):
-        text += f"; library reference not timed: {result.library_error}"
     console.print(text)
+    if result.libraries:
+        times = ", ".join(
+            f"{name} {_time(t['runtime_s'])}"
+            + (f" (+ {_time(t['inspect_s'])} inspection, once)" if t.get("inspect_s") else "")
+            for name, t in result.libraries.items()
+        )
+        console.print(f"library references: {times}")
+    if result.library_error:
+        console.print(f"library reference not timed: {result.library_error}")
+    if result.timing == "sequential":
+        console.print("timed one config after another (the interleaved verify failed)")
 
 
 @click.command()
@@ -104,6 +116,19 @@ def _print_summary(console: Console, result: Any) -> None:
     show_default=True,
     help="Include each kernel family's best-ranked config in the top-k (cpu: csr, dia, bcsr).",
 )
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Threads of the verified kernels and library references (default: all cores).",
+)
+@click.option(
+    "--db",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Record --verify measurements here (default: $COGNATE_HOME/records.sqlite).",
+)
+@click.option("--no-record", is_flag=True, help="Do not record the --verify measurements.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.option(
     "--emit",
@@ -122,6 +147,9 @@ def tune(
     seed: int,
     verify: bool,
     cover_families: bool,
+    threads: int | None,
+    db: Path | None,
+    no_record: bool,
     as_json: bool,
     emit: Path | None,
 ) -> None:
@@ -144,15 +172,34 @@ def tune(
             n_candidates=candidates,
             seed=seed,
             cover_families=cover_families,
+            threads=threads,
         )
+    recorded = _record(result, db, no_record)
     files = emit_files(result, emit) if emit is not None else []
+    if result.unreliable:  # with --json on stderr (and "unreliable": true in the JSON)
+        console.print(result.load.get("line") or "timings unreliable: the machine was busy")
     if as_json:
         out = result.as_dict()
         if emit is not None:
             out["emitted"] = [str(p) for p in files]
+        if recorded is not None:
+            out["recorded"] = {"db": str(recorded[0]), "rows": recorded[1]}
         click.echo(json.dumps(out, indent=2))
         return
     _print_table(console, result)
     _print_summary(console, result)
+    if recorded is not None:
+        console.print(f"recorded {recorded[1]} measurements in {recorded[0]}")
     for path in files:
         console.print(f"wrote {path}")
+
+
+def _record(result: Any, db: Path | None, no_record: bool) -> tuple[Path, int] | None:
+    """Keep the verified measurements in the store (the next training uses them)."""
+    if not result.verified or no_record:
+        return None
+    from cognate.search import record_verified
+    from cognate.store import default_db_path
+
+    path = db if db is not None else default_db_path()
+    return path, record_verified(result, path)
