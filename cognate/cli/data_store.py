@@ -8,7 +8,6 @@ import click
 
 from cognate.errors import CognateError
 from cognate.runner import STATUSES
-from cognate.store import Store, default_db_path
 
 
 def register(main: click.Group, data: click.Group) -> None:
@@ -37,6 +36,8 @@ def export(
     db_path: Path | None, output: Path, target: str | None, op: str | None, status: str | None
 ) -> None:
     """Export every measurement, joined with its matrix and config, to one table."""
+    from cognate.store import Store, default_db_path  # pandas: only when the command runs
+
     db_path = db_path or default_db_path()
     if not db_path.is_file():  # never create an empty store just to export it
         raise CognateError(f"{db_path}: no such record store")
