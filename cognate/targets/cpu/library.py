@@ -19,6 +19,7 @@ import ctypes
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -178,12 +179,15 @@ def torch_csr(csr: sp.csr_matrix) -> Any:
     """A torch CSR tensor of ``csr`` (int32 indices, float32 values)."""
     import torch
 
-    return torch.sparse_csr_tensor(
-        torch.from_numpy(np.ascontiguousarray(csr.indptr, dtype=np.int32)),
-        torch.from_numpy(np.ascontiguousarray(csr.indices, dtype=np.int32)),
-        torch.from_numpy(np.ascontiguousarray(csr.data, dtype=np.float32)),
-        size=csr.shape,
-    )
+    with warnings.catch_warnings():  # "sparse CSR support is in beta state"
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(np.ascontiguousarray(csr.indptr, dtype=np.int32)),
+            torch.from_numpy(np.ascontiguousarray(csr.indices, dtype=np.int32)),
+            torch.from_numpy(np.ascontiguousarray(csr.data, dtype=np.float32)),
+            size=csr.shape,
+            check_invariants=False,  # canonical CSR already (and checks cost a pass)
+        )
 
 
 def torch_spmm_call(csr: sp.csr_matrix, b: np.ndarray) -> LibraryCall:
@@ -200,15 +204,18 @@ def torch_spmm_call(csr: sp.csr_matrix, b: np.ndarray) -> LibraryCall:
 
 
 def torch_sddmm_call(csr: sp.csr_matrix, x: np.ndarray, y: np.ndarray) -> LibraryCall:
-    """torch.sparse.sampled_addmm(A_csr, X, Y^T, beta=0): values in A's CSR order."""
+    """torch.sparse.sampled_addmm(A_csr, X, Y^T, beta=0) scaled by A's values (sampled_addmm
+    samples at A's pattern only): A * (X @ Y^T), values in A's CSR order."""
     import torch
 
     a = torch_csr(csr)
+    a_values = a.values()
     tx, tyt = torch.from_numpy(x), torch.from_numpy(y).T.contiguous()
     box: list[Any] = [None]
 
     def run() -> None:
         box[0] = torch.sparse.sampled_addmm(a, tx, tyt, beta=0.0)
+        box[0].values().mul_(a_values)
 
     return LibraryCall("torch.sparse.sampled_addmm", run, lambda: box[0].values().numpy())
 
