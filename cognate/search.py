@@ -465,15 +465,20 @@ class TuneResult:
         """
         if self.target != "cpu":
             raise CognateError(f"a callable kernel exists for the cpu target, not {self.target}")
-        from cognate.targets.cpu.kernel import check_operands
-        from cognate.targets.cpu.tuned import TunedKernel, as_dense, is_torch
+        shape = getattr(operands[0], "shape", None) if operands else None
+        kernel = self._kernels.get(shape[1]) if shape is not None and len(shape) == 2 else None
+        if kernel is None:  # first call at this width: pack and compile
+            from cognate.targets.cpu.kernel import check_operands
+            from cognate.targets.cpu.tuned import TunedKernel, as_dense
 
-        arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
-        width = check_operands(self.op, self.matrix.shape, arrays)
-        if width not in self._kernels:
-            self._kernels[width] = TunedKernel(self.matrix, self.op, self.config, arrays)
-        as_torch = any(is_torch(a) for a in operands)
-        return self._kernels[width].run(arrays, out=out, as_torch=as_torch)
+            arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
+            width = check_operands(self.op, self.matrix.shape, arrays)
+            kernel = self._kernels.get(width)
+            if kernel is None:
+                kernel = self._kernels[width] = TunedKernel(
+                    self.matrix, self.op, self.config, arrays
+                )
+        return kernel(*operands, out=out)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object of ``cognate tune --json``."""

@@ -8,6 +8,7 @@ on each call used to cost more than the SpMM itself on matrices under ~100k nnz 
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,8 @@ from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.targets.cpu.kernel import BoundKernel, check_operands
+
+_F32 = np.dtype(np.float32)
 
 
 def is_torch(value: Any) -> bool:
@@ -66,6 +69,11 @@ class TunedKernel:
     A * (X @ Y.T) with A's pattern: a scipy CSR (a torch CSR tensor when X or Y is a torch
     tensor) whose values are ``out`` (A.nnz float32, in A's CSR order) when given.
     Not thread-safe: the SDDMM slot buffer of a padded layout is shared between calls.
+
+    A call costs a few microseconds of Python around the kernel: converting 19 arguments and
+    reading array addresses through ``ndarray.ctypes`` took 15-80 us per call, more than a
+    small SpMM, so the ctypes arguments are built once and re-built only when the caller
+    passes other arrays than last time.
     """
 
     def __init__(self, matrix: Matrix, op: str, config: Config, operands: tuple[Any, ...]) -> None:
@@ -75,6 +83,11 @@ class TunedKernel:
         arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
         self.width = check_operands(op, matrix.shape, arrays)
         self.call: BoundKernel = prepare_kernel(matrix, op, config, *arrays)
+        rows, cols = matrix.shape
+        self._shapes = (
+            ((cols, self.width),) if op == "spmm" else ((rows, self.width), (cols, self.width))
+        )
+        self._out_shape = (rows, self.width) if op == "spmm" else (matrix.nnz,)
         self._direct = op == "spmm" or (
             self.call.out.size == matrix.nnz
             and _identity(self.call.packed.nz_positions, matrix.nnz)
@@ -82,33 +95,85 @@ class TunedKernel:
         csr = matrix.csr
         self._indptr, self._indices = _read_only(csr.indptr), _read_only(csr.indices)
         self._torch_index: tuple[Any, Any] | None = None
+        pointers = self.call._pointers
+        self._template = [
+            ctypes.c_void_p(v) if i < pointers else ctypes.c_int64(v)
+            for i, v in enumerate(self.call._args)
+        ]
+        self._bound: tuple[tuple[np.ndarray, ...], list[Any]] | None = None
 
     def __call__(self, *operands: Any, out: Any = None) -> Any:
-        arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
-        return self.run(arrays, out, any(is_torch(a) for a in operands))
+        arrays = self._plain(operands)
+        as_torch = False
+        if arrays is None:  # not float32 C-contiguous numpy arrays of the right shapes
+            arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
+            as_torch = any(is_torch(a) for a in operands)
+        return self.run(arrays, out, as_torch)
+
+    def _plain(self, operands: tuple[Any, ...]) -> tuple[np.ndarray, ...] | None:
+        if len(operands) != len(self._shapes):
+            return None
+        for array, shape in zip(operands, self._shapes, strict=True):
+            if type(array) is not np.ndarray or array.shape != shape or array.dtype != _F32:
+                return None
+            if not (array.flags.c_contiguous and array.flags.aligned):
+                return None
+        return operands
 
     def run(self, arrays: tuple[np.ndarray, ...], out: Any = None, as_torch: bool = False) -> Any:
         """``self(...)`` on operands already made dense by ``as_dense``; ``as_torch``: the
         caller passed torch tensors (a result without ``out`` is then a torch tensor)."""
-        if check_operands(self.op, self.matrix.shape, arrays) != self.width:
+        if len(arrays) != len(self._shapes) or any(
+            a.shape != shape for a, shape in zip(arrays, self._shapes, strict=False)
+        ):
+            check_operands(self.op, self.matrix.shape, arrays)  # the one-line shape error
             raise CognateError(f"cpu {self.op}: kernel prepared for width {self.width}")
-        to_torch = out is None and as_torch
         if self.op == "spmm":
-            target = self._fresh_or(out, (self.matrix.shape[0], self.width))
-            self.call.call_on(arrays, target)
-            return _torch().from_numpy(target) if to_torch else (out if out is not None else target)
-        values = self._fresh_or(out, (self.matrix.nnz,))
+            target = self._fresh_or(out, self._out_shape)
+            self._run(arrays, target)
+            if out is not None:
+                return out
+            return _torch().from_numpy(target) if as_torch else target
+        values = self._fresh_or(out, self._out_shape)
         if self._direct:
-            self.call.call_on(arrays, values)
+            self._run(arrays, values)
         else:  # a padded layout: run into its slots, gather A's entries
-            self.call.call_on(arrays, self.call.out)
+            self._run(arrays, self.call.out)
             np.take(self.call.out, self.call.packed.nz_positions, out=values)
-        return self._sddmm_result(values, to_torch or is_torch(out))
+        return self._sddmm_result(values, (out is None and as_torch) or is_torch(out))
+
+    def _run(self, arrays: tuple[np.ndarray, ...], out: np.ndarray) -> None:
+        """The kernel on these arrays; the ctypes arguments of the last arrays are reused (the
+        cache holds them, so their buffers and addresses stay valid)."""
+        bound = self._bound
+        every = (*arrays, out)
+        if (
+            bound is None
+            or len(bound[0]) != len(every)
+            or any(a is not b for a, b in zip(bound[0], every, strict=True))
+        ):
+            args = list(self._template)
+            first = self.call._pointers - len(every)
+            for index, array in enumerate(every):
+                args[first + index] = ctypes.c_void_p(_address(array))
+            bound = self._bound = (every, args)
+        self.call._fn(*bound[1])
 
     @staticmethod
     def _fresh_or(out: Any, shape: tuple[int, ...]) -> np.ndarray:
         # np.empty: every kernel writes each output entry (SpMM zeroes C itself).
-        return np.empty(shape, dtype=np.float32) if out is None else _output(out, shape)
+        if out is None:
+            return np.empty(shape, dtype=np.float32)
+        if (
+            type(out) is np.ndarray
+            and out.shape == shape
+            and out.dtype == _F32
+            and out.flags.c_contiguous
+            and out.flags.writeable
+            and out.flags.aligned
+        ):
+            return out
+        return _output(out, shape)
 
     def _sddmm_result(self, values: np.ndarray, as_torch: bool) -> Any:
         if as_torch:
@@ -123,6 +188,14 @@ class TunedKernel:
             )
         # A's index arrays are shared (read-only), not copied per call.
         return sp.csr_matrix((values, self._indices, self._indptr), shape=self.matrix.shape)
+
+
+def _address(array: np.ndarray) -> int:
+    """The data address of an array (``ndarray.ctypes.data`` costs ~3-5 us; a writable
+    buffer's address through ctypes ~0.5 us)."""
+    if array.flags.writeable and array.size:
+        return ctypes.addressof(ctypes.c_char.from_buffer(array))
+    return int(array.ctypes.data)
 
 
 def _identity(positions: np.ndarray, nnz: int) -> bool:
