@@ -91,6 +91,23 @@ def test_spmm_call_with_out_allocates_nothing_the_size_of_b_or_c(dwt) -> None:
     np.testing.assert_allclose(c2, 2 * c1, rtol=1e-5, atol=1e-5)
 
 
+def test_repeated_calls_on_the_same_arrays_see_new_values_and_shapes(dwt) -> None:
+    """The repeat path (same B and out as the last call) reads B's current values, and an
+    in-place shape change of B is refused, not run on stale arguments."""
+    space = get_target("cpu").space("spmm")
+    result = _result(dwt, "spmm", space.baseline(dwt.shape), 8)
+    rng = np.random.default_rng(6)
+    b = rng.uniform(-1, 1, (dwt.shape[1], 8)).astype(np.float32)
+    out = np.empty((dwt.shape[0], 8), dtype=np.float32)
+    for _ in range(3):
+        b[:] = rng.uniform(-1, 1, b.shape)
+        assert result.kernel(b, out=out) is out
+        np.testing.assert_allclose(out, dwt.csr @ b, rtol=1e-4, atol=1e-5)
+    b.shape = (dwt.shape[1] * 2, 4)
+    with pytest.raises(CognateError, match="dense operand 0 has shape"):
+        result.kernel(b, out=out)
+
+
 def test_bad_out_is_one_clear_error(dwt) -> None:
     space = get_target("cpu").space("spmm")
     result = _result(dwt, "spmm", space.baseline(dwt.shape), 8)
