@@ -265,6 +265,24 @@ def test_verify_without_mkl_keeps_torch_and_the_measurements(
     assert "recorded" not in got and not db.exists()
 
 
+def test_verify_falls_back_to_the_isolated_runner(cpu_model, tuned, monkeypatch, capsys) -> None:
+    """If the interleaved process dies, each config is still timed (one by one, in the
+    runner's worker) and the output says how; the library is then not timed."""
+
+    def died(*_args: object, **_kwargs: object) -> dict:
+        raise CognateError("interleaved verify process died (signal 11)")
+
+    monkeypatch.setattr("cognate.search.interleaved_verify", died)
+    args = [str(tuned), "--target", "cpu", "--width", str(WIDTH), "--model", str(cpu_model)]
+    got = tune_json(
+        [*args, "--top-k", "1", "--candidates", "200", "--verify", "--no-record"], capsys
+    )
+    assert got["timing"] == "sequential" and got["baseline"]["status"] == "ok"
+    assert got["baseline"]["runtime_s"] > 0 and got["library_runtime_s"] is None
+    assert "signal 11" in got["library_error"]
+    assert got["best"]["runtime_s"] <= got["baseline"]["runtime_s"]
+
+
 def test_verify_under_load_says_the_timings_are_unreliable(cpu_model, tuned, capsys) -> None:
     """Two busy loops on the cores the kernels use: the output says so, and the JSON too."""
     loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]

@@ -51,7 +51,8 @@ def _print_table(console: Console, result: Any) -> None:
         cells = [label, c.description, f"{c.score:.4f}"]
         if verified:
             ok = c.status == "ok" and c.runtime_s
-            cells.append(_time(c.runtime_s) if ok else c.status or "-")
+            spread = f" ±{_time(c.spread_s)}" if ok and c.spread_s else ""  # interquartile
+            cells.append(_time(c.runtime_s) + spread if ok else c.status or "-")
             cells.append(f"{base_s / c.runtime_s:.3f}x" if ok and base_s else "-")
         table.add_row(*cells)
     console.print(table)

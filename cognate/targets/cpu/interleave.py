@@ -209,7 +209,10 @@ def main(argv: list[str]) -> None:
 
         torch.set_num_threads(int(threads))
     warnings.filterwarnings("ignore", category=UserWarning)  # torch's sparse-CSR beta notices
-    outcome = run_job(job)
+    try:
+        outcome = run_job(job)
+    except Exception as exc:  # noqa: BLE001 - one line for the parent, never a traceback
+        outcome = {"failed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"}
     Path(job["out"]).write_text(json.dumps(outcome))
 
 
