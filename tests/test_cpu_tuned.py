@@ -258,3 +258,62 @@ def test_cli_start_up_imports_neither_torch_nor_pandas() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == []
+
+
+def test_verify_job_checks_then_times_under_the_timing_lock(
+    dwt, tmp_path, monkeypatch, capsys
+) -> None:
+    """The timed rounds wait for the machine-wide timing lock (held by another process
+    here); a config whose layout is over the size limit gets its status, never a time."""
+    from cognate import timing
+    from cognate.targets.cpu.interleave import run_job, save_job_matrix
+
+    monkeypatch.setenv(timing.LOCK_ENV, str(tmp_path / "timing.lock"))
+    monkeypatch.setenv(timing.JOBS_ENV, str(tmp_path / "jobs"))
+    space = get_target("cpu").space("spmm")
+    too_large = next(c for c in space.sample(300, seed=2, shape=dwt.shape) if _too_large(dwt, c))
+    save_job_matrix(dwt, tmp_path / "a.npz")
+    job = {
+        "npz": str(tmp_path / "a.npz"),
+        "op": "spmm",
+        "width": 8,
+        "threads": 1,
+        "library": False,
+        "rounds": 3,
+        "configs": [
+            {"key": "base", "knobs": dict(space.baseline(dwt.shape).knobs)},
+            {"key": "big", "knobs": dict(too_large.knobs)},
+        ],
+    }
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time; from cognate import timing\n"
+            "with timing.timing_lock():\n    print('held', flush=True); time.sleep(1.5)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        outcome = run_job(job)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "waiting for the timing lock" in capsys.readouterr().err
+    base = outcome["configs"]["base"]
+    assert base["status"] == "ok" and base["runtime_s"] > 0 and base["rounds"] == 3
+    assert outcome["configs"]["big"]["status"] == "too_large"
+    assert "runtime_s" not in outcome["configs"]["big"]
+    assert outcome["load"]["threads"] == 1 and "unreliable" in outcome["load"]
+
+
+def _too_large(matrix, config) -> bool:
+    from cognate.targets.cpu.pack import TooLarge, pack
+
+    try:
+        pack(matrix, "spmm", config.knobs, width=8)
+    except TooLarge:
+        return True
+    return False
