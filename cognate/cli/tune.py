@@ -110,7 +110,12 @@ def _print_summary(console: Console, result: Any) -> None:
     help="Sampled candidates (spaces small enough are scored whole).",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--verify", is_flag=True, help="Measure the top-k and the baseline on the target.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Measure the top-k, the baseline and (cpu) the library references on the target "
+    "(cpu: interleaved rounds, medians); record them in the store.",
+)
 @click.option(
     "--cover-families/--no-cover-families",
     default=True,
