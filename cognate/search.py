@@ -556,6 +556,17 @@ class TuneResult:
         return out
 
 
+def _CpuKernel(  # the private wrapper's old name and call form, kept for its callers
+    matrix: Matrix, op: str, config: Config, operands: Sequence[Any]
+) -> Callable[..., Any]:
+    """``_CpuKernel(A, op, config, operands)((x, y))``: a TunedKernel (zero-copy) behind the
+    call form of the copying wrapper it replaced."""
+    from cognate.targets.cpu.tuned import TunedKernel
+
+    kernel = TunedKernel(matrix, op, config, tuple(operands))
+    return lambda new_operands, out=None: kernel(*new_operands, out=out)
+
+
 # --- tune: the whole search -----------------------------------------------------------------
 
 
