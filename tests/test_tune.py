@@ -397,6 +397,25 @@ def test_bad_inputs_are_one_line(spade_model, cpu_model, tuned, tmp_path, capsys
         assert needle in err and "Traceback" not in err
 
 
+def test_api_records_verified_measurements(spade_model, tuned, tmp_path) -> None:
+    """cognate.tune(..., verify=True, record=DB) keeps the top-k and the baseline in the
+    store through its public write path; unverified results record nothing."""
+    db = tmp_path / "api.sqlite"
+    result = cognate.tune(
+        tuned, target="spade", width=WIDTH, top_k=3, model=spade_model, verify=True, record=db
+    )
+    stored = Store(db).frame(target="spade", op="spmm")
+    expected = {c.config.hash for c in result.candidates} | {result.baseline.config.hash}
+    assert set(stored["config_hash"]) == expected
+    assert stored["is_baseline"].sum() == 1 and (stored["status"] == "ok").all()
+    runtimes = {c.config.hash: c.runtime_s for c in [*result.candidates, result.baseline]}
+    for h, runtime in zip(stored["config_hash"], stored["runtime_s"], strict=True):
+        assert runtime == pytest.approx(runtimes[h])
+    assert result.best.runtime_s <= result.baseline.runtime_s
+    cognate.tune(tuned, target="spade", width=WIDTH, model=spade_model, record=tmp_path / "n.db")
+    assert not (tmp_path / "n.db").exists()
+
+
 def test_sddmm_kernel_of_a_result_equals_scipy(tuned) -> None:
     """The SDDMM path of result.kernel(X, Y), on the cpu space's baseline and a tiled config."""
     from cognate.search import Candidate, Timings, TuneResult
