@@ -317,3 +317,25 @@ def _too_large(matrix, config) -> bool:
     except TooLarge:
         return True
     return False
+
+
+def test_verify_job_refuses_to_time_a_config_over_the_time_limit(
+    dwt, tmp_path, monkeypatch
+) -> None:
+    from cognate import timing
+    from cognate.targets.cpu.interleave import run_job, save_job_matrix
+
+    monkeypatch.setenv(timing.LOCK_ENV, str(tmp_path / "timing.lock"))
+    space = get_target("cpu").space("spmm")
+    save_job_matrix(dwt, tmp_path / "a.npz")
+    job = {
+        "npz": str(tmp_path / "a.npz"),
+        "op": "spmm",
+        "width": 8,
+        "threads": 1,
+        "library": False,
+        "timeout_s": 1e-9,
+        "configs": [{"key": "base", "knobs": dict(space.baseline(dwt.shape).knobs)}],
+    }
+    got = run_job(job)["configs"]["base"]
+    assert got["status"] == "timeout" and "over the" in got["error"] and "runtime_s" not in got

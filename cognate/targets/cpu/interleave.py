@@ -28,6 +28,7 @@ import numpy as np
 MIN_SAMPLE_S = 1e-3  # a sample is as many back-to-back calls as fill this
 ROUNDS = 7
 REMEASURE_ROUNDS = 15
+TIMEOUT_S = 10.0  # a config whose checked run takes longer is not timed (status timeout)
 
 
 @dataclass
@@ -114,7 +115,9 @@ def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[st
             source = matrix.csr if knobs.get("family", "csr") == "csr" else view
             packed = pack(source, op, knobs, width=width)
             call = make_call(str(build_kernel(op, knobs, width)), packed, knobs, operands)
+            start = time.perf_counter()
             call()
+            first_s = time.perf_counter() - start
             problem = mismatch(call.result(), ref, tol)
         except TooLarge as exc:
             outcome["configs"][key] = {"status": "too_large", "error": one_line(exc)}
@@ -124,6 +127,10 @@ def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[st
             continue
         if problem:  # a wrong kernel never produces a timing
             outcome["configs"][key] = {"status": "error", "error": problem}
+            continue
+        if first_s > job.get("timeout_s", TIMEOUT_S):  # the cpu runner's per-run limit
+            why = f"one run took {first_s:.3g} s, over the {job.get('timeout_s', TIMEOUT_S):g} s limit"
+            outcome["configs"][key] = {"status": "timeout", "error": why}
             continue
         outcome["configs"][key] = {"status": "ok"}
         calls[key] = call
