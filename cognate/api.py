@@ -8,7 +8,13 @@ import scipy.sparse as sp
 
 from cognate.errors import CognateError
 from cognate.matrix import Matrix, canonicalize
-from cognate.search import DEFAULT_CANDIDATES, DEFAULT_SEED, TuneResult, tune_matrix
+from cognate.search import (
+    DEFAULT_CANDIDATES,
+    DEFAULT_SEED,
+    TuneResult,
+    record_verified,
+    tune_matrix,
+)
 
 
 def as_matrix(matrix: str | Path | Matrix | sp.spmatrix | sp.sparray) -> Matrix:
@@ -40,6 +46,8 @@ def tune(
     candidates: int = DEFAULT_CANDIDATES,
     seed: int = DEFAULT_SEED,
     cover_families: bool = True,
+    threads: int | None = None,
+    record: str | Path | None = None,
 ) -> TuneResult:
     """Rank schedules of ``op`` on ``target`` for ``matrix`` with a cost model.
 
@@ -47,10 +55,16 @@ def tune(
     ``verify``: measure the top-k and the baseline on the target (cpu: also the library).
     ``cover_families``: the top-k includes each kernel family's best-ranked config (cpu: csr,
     dia, bcsr), in place of the lowest-ranked picks, so the measurement decides between them.
+    On cpu the top-k, the baseline and the library references (MKL inspector-executor,
+    torch.sparse) are timed in interleaved rounds with ``threads`` threads (default: all
+    cores); ``result.best`` is the fastest of the top-k and the baseline (the baseline when no
+    candidate beat it), ``result.unreliable`` says the machine was busy meanwhile.
+    ``record``: a record store (SQLite file) to keep the verified measurements in.
     The result holds the top-k (``result.candidates``), the chosen ``result.config`` and, on
-    cpu, ``result.kernel(B)`` (SpMM) / ``result.kernel(X, Y)`` (SDDMM) running that schedule.
+    cpu, ``result.kernel(B, out=None)`` (SpMM) / ``result.kernel(X, Y, out=None)`` (SDDMM)
+    running that schedule without copying float32 C-contiguous operands.
     """
-    return tune_matrix(
+    result = tune_matrix(
         as_matrix(matrix),
         target=target,
         op=op,
@@ -61,4 +75,8 @@ def tune(
         n_candidates=candidates,
         seed=seed,
         cover_families=cover_families,
+        threads=threads,
     )
+    if record is not None and result.verified:
+        record_verified(result, record)
+    return result

@@ -22,12 +22,12 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from cognate.config import Config
 from cognate.errors import CognateError
@@ -123,6 +123,9 @@ class Timings:
     score_s: float = 0.0  # the predictor over all candidates
     rank_s: float = 0.0  # sorting the scores
     filter_s: float = 0.0  # checking that the top layouts fit the size limit (cpu)
+    # Wall time of candidates + featurize + encode + score + rank: featurize overlaps the
+    # candidates and their encoding (``rank``), so this is less than the phases' sum.
+    search_s: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         return dict(self.__dict__)
@@ -137,9 +140,10 @@ class Candidate:
     score: float
     description: str
     status: str | None = None
-    runtime_s: float | None = None
+    runtime_s: float | None = None  # verified: the median over interleaved rounds (cpu)
     error: str | None = None
     family_pick: bool = False  # below the top-k, measured as its kernel family's best-ranked
+    spread_s: float | None = None  # verified on cpu: interquartile range of the rounds
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -151,7 +155,7 @@ class Candidate:
             "family_pick": self.family_pick,
         }
         if self.status is not None:
-            out.update(status=self.status, runtime_s=self.runtime_s)
+            out.update(status=self.status, runtime_s=self.runtime_s, spread_s=self.spread_s)
             if self.error:
                 out["error"] = self.error
         return out
@@ -180,24 +184,35 @@ def score_configs(
     width: int,
     timings: Timings,
     batch: int = SCORE_BATCH,
+    embedding: Future | None = None,
 ) -> np.ndarray:
     """Scores (lower = faster) of ``configs`` for ``matrix``: embed once, encode and score in
-    batches."""
+    batches. ``embedding``: the matrix embedding already under way (``rank`` starts it in a
+    thread before drawing the candidates); else it is computed here."""
+    import torch
+
+    with torch.inference_mode():
+        features = []
+        for lo in range(0, len(configs), batch):
+            start = time.perf_counter()
+            features.append(loaded.encoder.encode(configs[lo : lo + batch], matrix.shape, width))
+            timings.encode_s += time.perf_counter() - start
+        vector = embedding.result() if embedding is not None else embed(loaded, matrix, timings)
+        start = time.perf_counter()
+        out = [loaded.model.score(vector, width, f).float().numpy() for f in features]
+        timings.score_s += time.perf_counter() - start
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+
+def embed(loaded: LoadedModel, matrix: Matrix, timings: Timings) -> Any:
+    """The matrix embedding (torch inference mode is per thread: entered here)."""
     import torch
 
     with torch.inference_mode():
         start = time.perf_counter()
-        embedding = loaded.model.featurizer.embed(matrix)
+        vector = loaded.model.featurizer.embed(matrix)
         timings.featurize_s += time.perf_counter() - start
-        out = []
-        for lo in range(0, len(configs), batch):
-            start = time.perf_counter()
-            features = loaded.encoder.encode(configs[lo : lo + batch], matrix.shape, width)
-            middle = time.perf_counter()
-            out.append(loaded.model.score(embedding, width, features).float().numpy())
-            timings.encode_s += middle - start
-            timings.score_s += time.perf_counter() - middle
-    return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+    return vector
 
 
 def rank(
@@ -208,15 +223,24 @@ def rank(
     n_candidates: int = DEFAULT_CANDIDATES,
     seed: int = DEFAULT_SEED,
 ) -> tuple[list[Candidate], Timings]:
-    """All candidates ranked by predicted score (rank 1 = predicted fastest)."""
+    """All candidates ranked by predicted score (rank 1 = predicted fastest).
+
+    The featurizer (numpy / torch array work, which releases the GIL) runs in a thread while
+    this one draws and encodes the candidates (Python work per config): on 2 cores the two
+    overlap, and the search takes about the longer of them, not their sum.
+    """
     timings = Timings()
-    start = time.perf_counter()
-    configs = candidate_set(space, matrix.shape, n_candidates, seed)
-    timings.candidates_s = time.perf_counter() - start
-    scores = score_configs(loaded, matrix, configs, width, timings)
+    wall = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cognate-embed") as pool:
+        embedding = pool.submit(embed, loaded, matrix, timings)
+        start = time.perf_counter()
+        configs = candidate_set(space, matrix.shape, n_candidates, seed)
+        timings.candidates_s = time.perf_counter() - start
+        scores = score_configs(loaded, matrix, configs, width, timings, embedding=embedding)
     start = time.perf_counter()
     order = np.argsort(scores, kind="stable")
     timings.rank_s = time.perf_counter() - start
+    timings.search_s = time.perf_counter() - wall
     ranked = [
         Candidate(r, configs[i], float(scores[i]), "") for r, i in enumerate(order.tolist(), 1)
     ]
@@ -327,92 +351,62 @@ def measure(
             close()
 
 
-LIBRARY_NAMES = {"spmm": "mkl", "sddmm": "torch.sparse.sampled_addmm"}
+def interleaved_verify(
+    matrix: Matrix,
+    op: str,
+    width: int,
+    configs: Sequence[Config],
+    threads: int | None = None,
+    library: bool = True,
+    timeout_s: float = 1800.0,
+) -> dict[str, Any]:
+    """Check and time ``configs`` (and the cpu library references) in interleaved rounds in
+    one fresh process (cognate/targets/cpu/interleave.py); its outcome as a dict.
 
-
-def library_runtime(matrix: Matrix, op: str, width: int, timeout_s: float = 300.0) -> float:
-    """Median seconds of the cpu library reference (SpMM: MKL via sparse_dot_mkl; SDDMM:
-    torch.sparse.sampled_addmm, since MKL has no SDDMM) for ``matrix`` at ``width``.
-
-    Runs in its own process: MKL's and torch's OpenMP runtimes can clash with each other
-    (DESIGN 11), and the timing then shares nothing with this process.
+    Its own process: a crashing kernel cannot take the caller down, and the OpenMP / MKL / torch
+    thread counts are set before any runtime starts. Raises CognateError when it fails.
     """
-    with tempfile.TemporaryDirectory(prefix="cognate-lib-") as tmp:
-        path = Path(tmp) / "a.npz"
-        sp.save_npz(path, matrix.csr, compressed=False)
-        cmd = [sys.executable, "-m", "cognate.search", "library", str(path), op, str(int(width))]
-        # The same passive thread waits as the cpu runner's worker, so neither side of the
-        # ratio pays spinning waits on a shared machine (MKL's OpenMP reads KMP_BLOCKTIME).
-        env = {
-            **os.environ,
-            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "passive"),
-            "KMP_BLOCKTIME": os.environ.get("KMP_BLOCKTIME", "0"),
+    from cognate.targets.cpu.interleave import save_job_matrix
+
+    with tempfile.TemporaryDirectory(prefix="cognate-verify-") as tmp:
+        job = {
+            "npz": str(Path(tmp) / "a.npz"),
+            "out": str(Path(tmp) / "outcome.json"),
+            "op": op,
+            "width": int(width),
+            "threads": threads,
+            "library": library,
+            "configs": [{"key": c.hash, "knobs": dict(c.knobs)} for c in configs],
         }
+        save_job_matrix(matrix, Path(job["npz"]))
+        (Path(tmp) / "job.json").write_text(json.dumps(job))
+        cmd = [sys.executable, "-m", "cognate.targets.cpu.interleave", str(Path(tmp) / "job.json")]
+        # stderr passes through: the job's only lines there are "waiting for the timing
+        # lock" ones (its failures come back in the outcome file, as one line).
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env)
+            done = subprocess.run(
+                cmd, stdout=subprocess.DEVNULL, timeout=timeout_s, env=_thread_env(threads)
+            )
         except subprocess.TimeoutExpired:
-            name = LIBRARY_NAMES[op]
-            raise CognateError(f"library reference ({name}) took over {timeout_s:g} s") from None
-    lines = done.stdout.strip().splitlines()
-    if done.returncode != 0 or not lines:
-        why = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise CognateError(f"library reference ({LIBRARY_NAMES[op]}) failed: {why}")
-    return float(lines[-1])
+            raise CognateError(f"interleaved verify took over {timeout_s:g} s") from None
+        out = Path(job["out"])
+        if not out.is_file():
+            code = done.returncode
+            why = f"signal {-code}" if code < 0 else f"exit code {code}"
+            raise CognateError(f"interleaved verify process died ({why})")
+        outcome = json.loads(out.read_text())
+        if "failed" in outcome:
+            raise CognateError(f"interleaved verify failed: {outcome['failed']}")
+        return outcome
 
 
-def _median_time(fn: Callable[[], Any], repeats: int = 7, min_sample_s: float = 2e-3) -> float:
-    """Median seconds per call: one warm-up, then ``repeats`` samples of enough calls each
-    to last ``min_sample_s`` (the cpu runner's rule, so the two timings compare)."""
-    start = time.perf_counter()
-    fn()
-    first = time.perf_counter() - start
-    calls = max(1, int(min_sample_s / max(first, 1e-9)) + 1) if first < min_sample_s else 1
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        samples.append((time.perf_counter() - start) / calls)
-    return float(np.median(samples))
-
-
-def _library_main(path: str, op: str, width: int) -> None:
-    """Entry of the library-timing process: print the median seconds on stdout."""
-    from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
-
-    csr = sp.load_npz(path).tocsr()
-    operands = dense_operands(op, csr.shape, width, seed=0)
-    if op == "spmm":
-        if "MKL_RT" not in os.environ:  # the pip `mkl` wheel puts libmkl_rt in the venv
-            found = sorted(Path(sys.prefix, "lib").glob("libmkl_rt.so*"))
-            if found:
-                os.environ["MKL_RT"] = str(found[-1])
-        from sparse_dot_mkl import dot_product_mkl
-
-        def run() -> np.ndarray:
-            return dot_product_mkl(csr, operands[0])
-
-        result = run()
-    else:
-        import torch
-
-        a = torch.sparse_csr_tensor(
-            torch.from_numpy(csr.indptr.astype(np.int64)),
-            torch.from_numpy(csr.indices.astype(np.int64)),
-            torch.from_numpy(csr.data),
-            size=csr.shape,
-        )
-        x, yt = torch.from_numpy(operands[0]), torch.from_numpy(operands[1]).T.contiguous()
-
-        def run() -> Any:
-            return torch.sparse.sampled_addmm(a, x, yt, beta=0.0)
-
-        result = run().values().numpy()
-    ref, tol = reference(csr, op, operands)
-    problem = mismatch(np.asarray(result), ref, 4 * tol)
-    if problem:  # a wrong reference must never produce a timing
-        raise SystemExit(f"library result wrong: {problem}")
-    print(_median_time(run))
+def _thread_env(threads: int | None) -> dict[str, str]:
+    """The verify process's environment: its thread count, and passive OpenMP waits (as the
+    cpu runner's worker) unless the user chose otherwise, for every runtime alike."""
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "passive")}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(int(threads))
+    return env
 
 
 # --- the result -----------------------------------------------------------------------------
@@ -432,19 +426,45 @@ class TuneResult:
     model_path: Path
     timings: Timings
     verified: bool = False
-    library: str | None = None
+    library: str | None = None  # the fastest library reference timed (cpu)
     library_runtime_s: float | None = None
-    library_error: str | None = None  # why the library reference has no timing
+    library_error: str | None = None  # why a library reference has no timing
+    libraries: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> times
     skipped_too_large: int = 0  # better-ranked cpu configs whose layout exceeds the limit
+    load: dict[str, Any] | None = None  # the machine's load when the timings were taken (cpu)
+    timing: str | None = None  # "interleaved" or "sequential" (cpu verify)
+    remeasured: list[str] = field(default_factory=list)  # hashes re-timed head to head
+    space_version: str = ""
     _kernels: dict[int, Any] = field(default_factory=dict, repr=False)
 
     @property
     def best(self) -> Candidate:
-        """Verified: the fastest measured of the top-k (rank 1 if none ran); else rank 1."""
-        measured = [c for c in self.candidates if c.status == "ok" and c.runtime_s]
-        if self.verified and measured:
-            return min(measured, key=lambda c: (c.runtime_s, c.rank))
-        return self.candidates[0]
+        """Verified: the fastest measured of the top-k and the baseline (the baseline also when
+        the fastest candidate is within the spread of it: no candidate beat it); unverified
+        or nothing ran: rank 1."""
+        if not self.verified:
+            return self.candidates[0]
+        pool = [*self.candidates, self.baseline]
+        measured = [c for c in pool if c.status == "ok" and c.runtime_s]
+        if not measured:
+            return self.candidates[0]
+        fastest = min(measured, key=lambda c: (c.runtime_s, c is not self.baseline, c.rank))
+        base = self.baseline
+        if fastest is not base and base.status == "ok" and base.runtime_s:
+            noise = max(fastest.spread_s or 0.0, base.spread_s or 0.0)
+            if base.runtime_s - fastest.runtime_s <= noise:
+                return base
+        return fastest
+
+    @property
+    def kept_baseline(self) -> bool:
+        """Verified, and no candidate beat the baseline config."""
+        return self.verified and self.best is self.baseline
+
+    @property
+    def unreliable(self) -> bool:
+        """The machine was busy while the timings were taken."""
+        return bool(self.load and self.load.get("unreliable"))
 
     @property
     def config(self) -> Config:
@@ -461,17 +481,33 @@ class TuneResult:
         best, lib = self.best.runtime_s, self.library_runtime_s
         return lib / best if best and lib and self.best.status == "ok" else None
 
-    def kernel(self, *operands: np.ndarray) -> np.ndarray | sp.csr_matrix:
-        """Run the chosen schedule (cpu only). SpMM: ``kernel(B)`` -> dense A @ B; SDDMM:
-        ``kernel(X, Y)`` -> CSR with A's pattern, A * (X @ Y.T). A is packed once per width."""
+    def kernel(self, *operands: Any, out: Any = None) -> Any:
+        """Run the chosen schedule (cpu only): SpMM ``kernel(B, out=None)`` -> A @ B; SDDMM
+        ``kernel(X, Y, out=None)`` -> CSR with A's pattern, A * (X @ Y.T).
+
+        A is packed and the kernel compiled once per dense width. The operands are read in
+        place when they are float32 and C-contiguous (numpy arrays or torch CPU tensors);
+        anything else is copied once into that form. The result is written into ``out`` when
+        given (SpMM: float32 M x width; SDDMM: float32 A.nnz values in A's CSR order; a wrong
+        shape or dtype is one clear CognateError), else into one newly allocated array.
+        Torch inputs give torch outputs. See cognate/targets/cpu/tuned.py.
+        """
         if self.target != "cpu":
             raise CognateError(f"a callable kernel exists for the cpu target, not {self.target}")
-        from cognate.targets.cpu.kernel import check_operands
+        shape = getattr(operands[0], "shape", None) if operands else None
+        kernel = self._kernels.get(shape[1]) if shape is not None and len(shape) == 2 else None
+        if kernel is None:  # first call at this width: pack and compile
+            from cognate.targets.cpu.kernel import check_operands
+            from cognate.targets.cpu.tuned import TunedKernel, as_dense
 
-        width = check_operands(self.op, self.matrix.shape, operands)
-        if width not in self._kernels:
-            self._kernels[width] = _CpuKernel(self.matrix, self.op, self.config, operands)
-        return self._kernels[width](operands)
+            arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
+            width = check_operands(self.op, self.matrix.shape, arrays)
+            kernel = self._kernels.get(width)
+            if kernel is None:
+                kernel = self._kernels[width] = TunedKernel(
+                    self.matrix, self.op, self.config, arrays
+                )
+        return kernel(*operands, out=out)
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON object of ``cognate tune --json``."""
@@ -482,6 +518,7 @@ class TuneResult:
         base["score"] = self.baseline.score
         if self.verified:
             base.update(status=self.baseline.status, runtime_s=self.baseline.runtime_s)
+            base["spread_s"] = self.baseline.spread_s
         out: dict[str, Any] = {
             "matrix": self.matrix.name,
             "matrix_sha256": self.matrix.sha256,
@@ -501,42 +538,33 @@ class TuneResult:
                 "config": dict(best.config.knobs),
                 "description": best.description,
                 "runtime_s": best.runtime_s,
+                "is_baseline": best is self.baseline,
             },
+            "kept_baseline": self.kept_baseline,
             "speedup_vs_baseline": self.speedup_vs_baseline,
             "timings": self.timings.as_dict(),
         }
         if self.target == "cpu":
-            out["library"] = self.library or LIBRARY_NAMES[self.op]
+            out["library"] = self.library
             out["library_runtime_s"] = self.library_runtime_s
             out["speedup_vs_library"] = self.speedup_vs_library
             out["library_error"] = self.library_error
+            out["libraries"] = self.libraries
+            if self.verified:
+                out.update(timing=self.timing, remeasured=self.remeasured, load=self.load)
+                out["unreliable"] = self.unreliable
         return out
 
 
-class _CpuKernel:
-    """The chosen cpu schedule for one dense width: ``prepare_kernel`` packs A and compiles
-    once; each call copies the operands into buffers the prepared call reads in place."""
+def _CpuKernel(  # the private wrapper's old name and call form, kept for its callers
+    matrix: Matrix, op: str, config: Config, operands: Sequence[Any]
+) -> Callable[..., Any]:
+    """``_CpuKernel(A, op, config, operands)((x, y))``: a TunedKernel (zero-copy) behind the
+    call form of the copying wrapper it replaced."""
+    from cognate.targets.cpu.tuned import TunedKernel
 
-    def __init__(
-        self, matrix: Matrix, op: str, config: Config, operands: Sequence[np.ndarray]
-    ) -> None:
-        from cognate.targets.cpu.runner import prepare_kernel
-
-        self.csr, self.op = matrix.csr, op
-        # Private float32 copies: the prepared call would otherwise alias the caller's arrays,
-        # and copying the next call's operands in would overwrite them.
-        self.buffers = tuple(np.array(a, dtype=np.float32, order="C") for a in operands)
-        self.call = prepare_kernel(matrix, op, config, *self.buffers)
-
-    def __call__(self, operands: Sequence[np.ndarray]) -> np.ndarray | sp.csr_matrix:
-        for buffer, array in zip(self.buffers, operands, strict=True):
-            np.copyto(buffer, array, casting="unsafe")
-        self.call()
-        out = self.call.result().copy()  # the output buffer is reused by the next call
-        if self.op == "spmm":
-            return out
-        csr = self.csr
-        return sp.csr_matrix((out, csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
+    kernel = TunedKernel(matrix, op, config, tuple(operands))
+    return lambda new_operands, out=None: kernel(*new_operands, out=out)
 
 
 # --- tune: the whole search -----------------------------------------------------------------
@@ -555,10 +583,16 @@ def tune_matrix(
     progress: Callable[[Measurement], None] | None = None,
     runner_options: dict[str, Any] | None = None,
     cover_families: bool = True,
+    threads: int | None = None,
 ) -> TuneResult:
     """Rank the candidates of (target, op) for ``matrix``; with ``verify``, measure the top-k
-    and the baseline (and on cpu the library reference). ``cover_families``: the top-k holds
-    each kernel family's best-ranked config (``runnable_top``)."""
+    and the baseline (and on cpu the library references, all in interleaved rounds with
+    ``threads`` threads, default all cores). ``cover_families``: the top-k holds each kernel
+    family's best-ranked config (``runnable_top``)."""
+    if threads is not None and (
+        not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
+    ):
+        raise CognateError(f"threads must be a positive integer, got {threads!r}")
     if not isinstance(width, int) or isinstance(width, bool) or not 1 <= width <= MAX_WIDTH:
         raise CognateError(f"width must be an integer in 1..{MAX_WIDTH}, got {width!r}")
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
@@ -577,8 +611,9 @@ def tune_matrix(
         candidate.description = space.describe(candidate.config)
     result = TuneResult(matrix, target, op, width, top, baseline, len(ranked), loaded.path, timings)
     result.skipped_too_large = skipped
+    result.space_version = space.version
     if verify:
-        _verify(result, the_target, progress, runner_options)
+        _verify(result, the_target, progress, runner_options, threads)
     return result
 
 
@@ -587,28 +622,111 @@ def _verify(
     target: Target,
     progress: Callable[[Measurement], None] | None,
     runner_options: dict[str, Any] | None,
+    threads: int | None = None,
 ) -> None:
     todo = [c.config for c in result.candidates]
     if result.baseline.config not in set(todo):
         todo.append(result.baseline.config)
-    found = measure(target, result.matrix, result.op, result.width, todo, progress, runner_options)
+    if result.target == "cpu":
+        found = _verify_cpu(result, todo, progress, runner_options, threads)
+    else:
+        found = measure(
+            target, result.matrix, result.op, result.width, todo, progress, runner_options
+        )
     by_hash = {m.config.hash: m for m in found}
     for candidate in [*result.candidates, result.baseline]:
         m = by_hash[candidate.config.hash]
         candidate.status, candidate.runtime_s, candidate.error = m.status, m.runtime_s, m.error
+        candidate.spread_s = m.spread_s
     result.verified = True
-    if result.target == "cpu":
-        _time_library(result)
 
 
-def _time_library(result: TuneResult) -> None:
-    """Time the library reference; its failure (e.g. MKL not installed: it is only in the
-    optional [bench] extra) must not throw away the kernel timings already taken."""
-    result.library = LIBRARY_NAMES[result.op]
+def _verify_cpu(
+    result: TuneResult,
+    todo: list[Config],
+    progress: Callable[[Measurement], None] | None,
+    runner_options: dict[str, Any] | None,
+    threads: int | None,
+) -> list[Measurement]:
+    """Interleaved rounds of the configs and the library references in one process; if that
+    process fails, the configs one by one with the isolated cpu runner (no library)."""
     try:
-        result.library_runtime_s = library_runtime(result.matrix, result.op, result.width)
+        outcome = interleaved_verify(result.matrix, result.op, result.width, todo, threads)
     except CognateError as exc:
-        result.library_runtime_s, result.library_error = None, str(exc)
+        from cognate.timing import machine_load
+
+        result.timing, result.library_error = "sequential", f"{exc}; library not timed"
+        load = machine_load(threads)
+        result.load = {**load.as_dict(), "line": load.line()}
+        found = measure(
+            get_target("cpu"), result.matrix, result.op, result.width, todo, progress,
+            runner_options,
+        )  # fmt: skip
+        for m in found:
+            m.counters.update(verify="sequential", load=result.load)
+        return found
+    result.timing, result.load = "interleaved", outcome["load"]
+    result.remeasured = outcome["remeasured"]
+    _take_library(result, outcome)
+    found = []
+    for config in todo:
+        got = outcome["configs"][config.hash]
+        counters = {"verify": "interleaved", "rounds": got.get("rounds"), "load": result.load}
+        counters["remeasured"] = config.hash in result.remeasured
+        m = Measurement(
+            config, got["status"], got.get("runtime_s"), got.get("spread_s"), counters,
+            got.get("error"),
+        )  # fmt: skip
+        found.append(m)
+        if progress is not None:
+            progress(m)
+    return found
+
+
+def _take_library(result: TuneResult, outcome: dict[str, Any]) -> None:
+    """The library times of a verify outcome: all of them kept, the fastest as `library`."""
+    result.libraries = {
+        name: {k: v.get(k) for k in ("runtime_s", "spread_s", "inspect_s")}
+        for name, v in outcome["library"].items()
+        if v.get("runtime_s")
+    }
+    missing = outcome.get("library_missing") or {}
+    if missing:
+        result.library_error = "; ".join(f"{name}: {why}" for name, why in missing.items())
+    if result.libraries:
+        name = min(result.libraries, key=lambda n: result.libraries[n]["runtime_s"])
+        result.library, result.library_runtime_s = name, result.libraries[name]["runtime_s"]
+
+
+def record_verified(result: TuneResult, db: str | Path) -> int:
+    """Store a verified result's measurements (top-k and baseline) with the store's public
+    write path (the one collect uses), so the next training sees them. Rows written."""
+    from cognate.store import Store
+
+    if not result.verified:
+        return 0
+    seen: dict[str, Measurement] = {}
+    for c in [*result.candidates, result.baseline]:
+        if c.status is None or c.config.hash in seen:
+            continue
+        counters = {"verify": result.timing or "target runner"}
+        if result.load is not None:
+            counters["load"] = result.load
+        if c.config.hash in result.remeasured:
+            counters["remeasured"] = True
+        seen[c.config.hash] = Measurement(
+            c.config,
+            c.status,
+            c.runtime_s,
+            c.spread_s,
+            counters,
+            c.error,  # type: ignore[arg-type]
+        )
+    with Store(db) as store:
+        return store.record(
+            result.matrix, result.target, result.op, result.width, list(seen.values()),
+            space_version=result.space_version, baseline_hash=result.baseline.config.hash,
+        )  # fmt: skip
 
 
 # --- emit -----------------------------------------------------------------------------------
@@ -686,10 +804,3 @@ def _write(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise CognateError(f"{path}: cannot write: {err}") from None
-
-
-if __name__ == "__main__":  # python -m cognate.search library NPZ OP WIDTH
-    if len(sys.argv) == 5 and sys.argv[1] == "library":
-        _library_main(sys.argv[2], sys.argv[3], int(sys.argv[4]))
-    else:
-        raise SystemExit("usage: python -m cognate.search library NPZ OP WIDTH")

@@ -88,7 +88,15 @@ def main() -> None:
         f"torch threads {torch.get_num_threads()}"
     )
 
-    phases = ("candidates_s", "featurize_s", "encode_s", "score_s", "rank_s", "filter_s")
+    phases = (
+        "candidates_s",
+        "featurize_s",
+        "encode_s",
+        "score_s",
+        "rank_s",
+        "filter_s",
+        "search_s",
+    )
     samples: dict[str, list[float]] = {p: [] for p in phases}
     n_scored = 0
     for _ in range(args.repeats):
@@ -108,16 +116,20 @@ def main() -> None:
     runner.close()
 
     print(f"search over {n_scored} candidates, median of {args.repeats} (seconds):")
-    for phase in phases:
+    for phase in phases[:-1]:
         print(f"  {phase[:-2]:<11} {med[phase]:8.3f}")
     core = med["featurize_s"] + med["encode_s"] + med["score_s"] + med["rank_s"]
-    print(f"  featurize + encode + score + rank = {core:.3f} s")
-    print(f"  whole search (all phases)         = {sum(med.values()):.3f} s")
+    print(f"  featurize + encode + score + rank, summed = {core:.3f} s")
+    # featurize runs beside drawing and encoding the candidates: the wall is what counts.
+    print(f"  candidates + featurize + encode + score + rank, wall = {med['search_s']:.3f} s")
+    print(
+        f"  whole search (wall + filter)              = {med['search_s'] + med['filter_s']:.3f} s"
+    )
     runtime = f"{one.runtime_s * 1e3:.3f} ms" if one.runtime_s else one.status
     print(
         f"measuring ONE config (baseline) on the cpu: {measure_wall:.3f} s wall "
         f"(kernel runtime {runtime}); "
-        f"search / one measurement = {sum(med.values()) / measure_wall:.2f}"
+        f"search / one measurement = {(med['search_s'] + med['filter_s']) / measure_wall:.2f}"
     )
 
 

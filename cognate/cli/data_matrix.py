@@ -12,13 +12,6 @@ from rich.console import Console
 from rich.table import Table
 
 from cognate.errors import CognateError
-from cognate.io import (
-    check_output_path,
-    expand_matrix_paths,
-    load_matrix,
-    matrix_stats,
-    save_matrix,
-)
 from cognate.synth import KINDS, LAYER_SHAPES, PERMUTE_CHOICES, generate
 
 _LAYER_SHAPES = ", ".join(f"{m}x{n}" for m, n in LAYER_SHAPES)
@@ -51,6 +44,8 @@ def info(paths: tuple[Path, ...], as_json: bool) -> None:
 
     A folder stands for the matrix files inside it (.mtx, .mtx.gz, .tar.gz, .tgz, .npz, .csr).
     """
+    from cognate.io import expand_matrix_paths, load_matrix, matrix_stats
+
     records = []
     for path in expand_matrix_paths(paths):
         stats = matrix_stats(load_matrix(path))
@@ -104,6 +99,8 @@ def _cell(value: Any) -> str:
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help=".npz or .mtx")
 def synth(kind: str, output: Path, **args: Any) -> None:
     """Generate a synthetic KIND matrix (deterministic per seed) and write it to OUTPUT."""
+    from cognate.io import check_output_path, save_matrix
+
     renamed = {"nm_n": "n", "nm_m": "m", "rmat_a": "a", "rmat_b": "b", "rmat_c": "c", "rmat_d": "d"}
     options = {renamed.get(k, k): v for k, v in args.items() if v is not None}
     rows, cols = _shape(

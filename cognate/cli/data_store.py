@@ -13,7 +13,6 @@ import click
 
 from cognate.errors import CognateError
 from cognate.runner import STATUSES
-from cognate.store import Store, default_db_path
 
 
 def register(main: click.Group, data: click.Group) -> None:
@@ -63,6 +62,8 @@ def export(
 ) -> None:
     """Export every measurement, joined with its matrix and config, to one table (-o) or
     to the portable data set (--dataset)."""
+    from cognate.store import Store, default_db_path  # pandas: only when the command runs
+
     if (output is None) == (dataset is None):
         raise click.UsageError("give exactly one of -o FILE and --dataset DIR")
     db_path = db_path or default_db_path()
@@ -95,6 +96,7 @@ def import_records(paths: tuple[Path, ...], db_path: Path | None) -> None:
     """Load exported records (Parquet files or data-set folders, e.g. data/records) into a
     store. Records the store already holds are kept as they are."""
     from cognate.dataset import read_dataset, summary
+    from cognate.store import Store, default_db_path
 
     frame = read_dataset(list(paths))  # read and checked before the store is touched
     with Store(db_path or default_db_path()) as store:

@@ -8,27 +8,18 @@ dense width 256, with the cpu space's knobs, so external data and ours sit side 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from cognate.errors import CognateError
-from cognate.io import load_matrix
-from cognate.matrix import Matrix
-from cognate.runner import Measurement
-from cognate.store import Store, default_db_path
-from cognate.targets.cpu.space import make_space
-from cognate.targets.cpu.waco import (
-    WACO_HOST,
-    WACO_TARGET,
-    WACO_WIDTH,
-    PeerFile,
-    WacoLine,
-    peer_config,
-    peer_files,
-    read_peer_file,
-)
+
+if TYPE_CHECKING:  # the readers, the store (pandas) and the space load when the command runs
+    from cognate.matrix import Matrix
+    from cognate.runner import Measurement
+    from cognate.targets.cpu.waco import PeerFile, WacoLine
 
 
 def register(main: click.Group, data: click.Group) -> None:
@@ -36,6 +27,9 @@ def register(main: click.Group, data: click.Group) -> None:
 
 
 def _measurements(lines: list[WacoLine]) -> list[Measurement]:
+    from cognate.runner import Measurement
+    from cognate.targets.cpu.waco import peer_config
+
     return [
         Measurement(
             config=peer_config(line.config),
@@ -49,6 +43,8 @@ def _measurements(lines: list[WacoLine]) -> list[Measurement]:
 
 def _check_shapes(peer: PeerFile, lines: list[WacoLine], matrix: Matrix) -> None:
     """A peer line whose splits do not fit the matrix means the wrong matrix file."""
+    from cognate.targets.cpu.space import make_space
+
     space = make_space(peer.op)
     for number, line in enumerate(lines, start=1):
         try:
@@ -75,6 +71,17 @@ def _check_shapes(peer: PeerFile, lines: list[WacoLine], matrix: Matrix) -> None
 )
 def import_waco(peer_dir: Path, matrices_dir: Path, db_path: Path | None) -> None:
     """Load WACO's <op>/<matrix>.txt runtimes under PEER_DIR into the record store."""
+    from cognate.io import load_matrix
+    from cognate.store import Store, default_db_path
+    from cognate.targets.cpu.space import make_space
+    from cognate.targets.cpu.waco import (
+        WACO_HOST,
+        WACO_TARGET,
+        WACO_WIDTH,
+        peer_files,
+        read_peer_file,
+    )
+
     peers = peer_files(peer_dir)
     if not matrices_dir.is_dir():
         raise CognateError(f"{matrices_dir}: no such folder")

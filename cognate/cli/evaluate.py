@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 import click
-import torch
 from rich.console import Console
 
 from cognate.paths import cognate_home
@@ -48,6 +47,8 @@ def evaluate(
 
     Rerunning with the same --out reuses its trained models (keyed by their inputs).
     """
+    import torch
+
     from cognate.errors import CognateError
     from cognate.evaluate import load_experiment, run_evaluation
 

@@ -9,7 +9,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cognate.errors import CognateError
-from cognate.targets import KNOWN_TARGETS, OPS, get_target
+from cognate.targets import KNOWN_TARGETS, OPS
 
 
 def register(main: click.Group, data: click.Group) -> None:
@@ -102,6 +102,7 @@ def finetune(
     """
     from cognate.cli.pretrain import load_runs  # torch and the model: only when run
     from cognate.model.train import save_checkpoint
+    from cognate.targets import get_target
     from cognate.transfer.finetune import FinetuneOptions
     from cognate.transfer.finetune import finetune as run_finetune
 

@@ -11,8 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from cognate.errors import CognateError
-from cognate.io import load_matrix
-from cognate.targets import KNOWN_TARGETS, OPS, get_target
+from cognate.targets import KNOWN_TARGETS, OPS
 
 if TYPE_CHECKING:  # torch and pandas load only when a command runs: `cognate --help` stays fast
     import pandas as pd
@@ -29,6 +28,7 @@ def register(main: click.Group, data: click.Group) -> None:
 def load_record_matrix(row: pd.Series) -> Matrix:
     """Re-load a record's matrix from its source file and check it is the one measured."""
     from cognate.dataset import local_source  # imported records name portable sources
+    from cognate.io import load_matrix
 
     source = local_source(str(row["source"]))
     if not source or not Path(source).is_file():
@@ -118,6 +118,7 @@ def pretrain(
 
     from cognate.model.preset import load_preset, preset_names
     from cognate.model.train import save_checkpoint, train
+    from cognate.targets import get_target
 
     if preset not in preset_names():
         raise CognateError(

@@ -51,7 +51,8 @@ def _print_table(console: Console, result: Any) -> None:
         cells = [label, c.description, f"{c.score:.4f}"]
         if verified:
             ok = c.status == "ok" and c.runtime_s
-            cells.append(_time(c.runtime_s) if ok else c.status or "-")
+            spread = f" ±{_time(c.spread_s)}" if ok and c.spread_s else ""  # interquartile
+            cells.append(_time(c.runtime_s) + spread if ok else c.status or "-")
             cells.append(f"{base_s / c.runtime_s:.3f}x" if ok and base_s else "-")
         table.add_row(*cells)
     console.print(table)
@@ -67,14 +68,26 @@ def _print_summary(console: Console, result: Any) -> None:
     if best.status != "ok":
         console.print("no top-k candidate ran successfully; see the table")
         return
-    text = f"best: rank {best.rank}, {_time(best.runtime_s)}, {best.description}"
-    if result.speedup_vs_baseline is not None:
-        text += f"; {result.speedup_vs_baseline:.3f}x vs baseline"
+    if result.kept_baseline:
+        text = f"kept the baseline: no candidate beat it ({_time(best.runtime_s)})"
+    else:
+        text = f"best: rank {best.rank}, {_time(best.runtime_s)}, {best.description}"
+        if result.speedup_vs_baseline is not None:
+            text += f"; {result.speedup_vs_baseline:.3f}x vs baseline"
     if result.speedup_vs_library is not None:
         text += f"; {result.speedup_vs_library:.3f}x vs {result.library}"
-    elif getattr(result, "library_error", None):
-        text += f"; library reference not timed: {result.library_error}"
     console.print(text)
+    if result.libraries:
+        times = ", ".join(
+            f"{name} {_time(t['runtime_s'])}"
+            + (f" (+ {_time(t['inspect_s'])} inspection, once)" if t.get("inspect_s") else "")
+            for name, t in result.libraries.items()
+        )
+        console.print(f"library references: {times}")
+    if result.library_error:
+        console.print(f"library reference not timed: {result.library_error}")
+    if result.timing == "sequential":
+        console.print("timed one config after another (the interleaved verify failed)")
 
 
 @click.command()
@@ -97,13 +110,31 @@ def _print_summary(console: Console, result: Any) -> None:
     help="Sampled candidates (spaces small enough are scored whole).",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
-@click.option("--verify", is_flag=True, help="Measure the top-k and the baseline on the target.")
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="Measure the top-k, the baseline and (cpu) the library references on the target "
+    "(cpu: interleaved rounds, medians); record them in the store.",
+)
 @click.option(
     "--cover-families/--no-cover-families",
     default=True,
     show_default=True,
     help="Include each kernel family's best-ranked config in the top-k (cpu: csr, dia, bcsr).",
 )
+@click.option(
+    "--threads",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Threads of the verified kernels and library references (default: all cores).",
+)
+@click.option(
+    "--db",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Record --verify measurements here (default: $COGNATE_HOME/records.sqlite).",
+)
+@click.option("--no-record", is_flag=True, help="Do not record the --verify measurements.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.option(
     "--emit",
@@ -122,6 +153,9 @@ def tune(
     seed: int,
     verify: bool,
     cover_families: bool,
+    threads: int | None,
+    db: Path | None,
+    no_record: bool,
     as_json: bool,
     emit: Path | None,
 ) -> None:
@@ -144,15 +178,34 @@ def tune(
             n_candidates=candidates,
             seed=seed,
             cover_families=cover_families,
+            threads=threads,
         )
+    recorded = _record(result, db, no_record)
     files = emit_files(result, emit) if emit is not None else []
+    if result.unreliable:  # with --json on stderr (and "unreliable": true in the JSON)
+        console.print(result.load.get("line") or "timings unreliable: the machine was busy")
     if as_json:
         out = result.as_dict()
         if emit is not None:
             out["emitted"] = [str(p) for p in files]
+        if recorded is not None:
+            out["recorded"] = {"db": str(recorded[0]), "rows": recorded[1]}
         click.echo(json.dumps(out, indent=2))
         return
     _print_table(console, result)
     _print_summary(console, result)
+    if recorded is not None:
+        console.print(f"recorded {recorded[1]} measurements in {recorded[0]}")
     for path in files:
         console.print(f"wrote {path}")
+
+
+def _record(result: Any, db: Path | None, no_record: bool) -> tuple[Path, int] | None:
+    """Keep the verified measurements in the store (the next training uses them)."""
+    if not result.verified or no_record:
+        return None
+    from cognate.search import record_verified
+    from cognate.store import default_db_path
+
+    path = db if db is not None else default_db_path()
+    return path, record_verified(result, path)

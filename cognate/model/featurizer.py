@@ -117,12 +117,14 @@ class Featurizer(nn.Module):
         feats = torch.ones((len(points), 1), dtype=torch.float32)
         pools = []
         if backend == "torch":
-            plan = plan or self.plan(points)
             if not torch.is_grad_enabled():
                 # Inference: rows that repeat are computed once, then blocked convolutions
-                # (the same sums as below, tested equal in tests/test_featurizer_fast.py).
+                # (the same sums as below, tested equal in tests/test_featurizer_fast.py);
+                # without a plan, each layer's map is built while the layer before runs.
                 weights, biases = list(self.weights), list(self.biases)
-                return torch.cat(sparseconv.pooled_inference(len(points), plan, weights, biases))
+                maps = plan or sparseconv.pipelined_maps(points, self.layers())
+                return torch.cat(sparseconv.pooled_inference(len(points), maps, weights, biases))
+            plan = plan or self.plan(points)
             for (w, b), kmap, (_, stride) in zip(
                 zip(self.weights, self.biases, strict=True), plan, self.layers(), strict=True
             ):

@@ -20,7 +20,10 @@ from __future__ import annotations
 import collections
 import collections.abc
 import itertools
+import queue
+import threading
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cache, cached_property
 from types import ModuleType
@@ -364,6 +367,42 @@ def plan_maps(points: PointSet, layers: list[tuple[int, int]]) -> list[KernelMap
     return maps
 
 
+def pipelined_maps(points: PointSet, layers: list[tuple[int, int]]) -> Iterator[KernelMap]:
+    """``plan_maps``'s maps, in order, each built in a thread while the caller runs the layers
+    before it.
+
+    Why: at inference the neighbour searches (numpy) and the convolutions (torch, scipy) each
+    take about half of a 1M-nnz embedding, and both release the GIL for their array work,
+    so on 2 cores the map of layer i+1 is built while layer i is convolved.
+    """
+    ready: queue.Queue[KernelMap | BaseException] = queue.Queue()
+    stop = threading.Event()
+
+    def build() -> None:
+        current = points
+        try:
+            for k, stride in layers:
+                if stop.is_set():
+                    return
+                kmap = KernelMap.build(current, k, stride)
+                ready.put(kmap)
+                current = kmap.out_points
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            ready.put(exc)
+
+    worker = threading.Thread(target=build, name="cognate-kernel-maps", daemon=True)
+    worker.start()
+    try:
+        for _ in layers:
+            item = ready.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        worker.join()
+
+
 class Workspace:
     """Scratch buffers reused across the layers of one inference pass.
 
@@ -563,7 +602,10 @@ def conv_shared(
 
 
 def pooled_inference(
-    n_points: int, plan: list[KernelMap], weights: list[torch.Tensor], biases: list[torch.Tensor]
+    n_points: int,
+    plan: collections.abc.Iterable[KernelMap],
+    weights: list[torch.Tensor],
+    biases: list[torch.Tensor],
 ) -> list[torch.Tensor]:
     """Mean-pooled ReLU features of each layer of a stack whose input feature is 1 at every
     point: shared rows while most rows repeat, then the plain blocked path."""

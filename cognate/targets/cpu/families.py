@@ -181,6 +181,7 @@ class FamilyCall(BoundKernel):
         fn.restype = None
         fn.argtypes = [ctypes.c_void_p] * len(pointers) + [ctypes.c_int64] * len(integers)
         self._fn, self._args = fn, [a.ctypes.data for a in pointers] + integers
+        self._pointers = len(pointers)
 
 
 def index_maps(view: StructuredView) -> tuple[np.ndarray, np.ndarray]:

@@ -80,7 +80,9 @@ def _address(array: np.ndarray | None) -> int | None:
 class BoundKernel:
     """A compiled kernel bound to its arguments (every family): call it, then read result().
 
-    Subclasses set ``op``, ``packed`` (with ``nz_positions``), ``out``, ``_fn`` and ``_args``.
+    Subclasses set ``op``, ``packed`` (with ``nz_positions``), ``out``, ``_fn``, ``_args``
+    and ``_pointers``: the number of pointer arguments, of which the last are the dense
+    operands and then the output (every family's signature ends that way).
     """
 
     op: str
@@ -88,9 +90,23 @@ class BoundKernel:
     out: np.ndarray
     _fn: Any
     _args: list[Any]
+    _pointers: int
 
     def __call__(self) -> None:
         self._fn(*self._args)
+
+    def call_on(self, operands: tuple[np.ndarray, ...], out: np.ndarray) -> None:
+        """Run on other dense operands and output buffer, read and written in place.
+
+        The caller guarantees float32, C-contiguous, aligned arrays of this kernel's shapes
+        (``out``: SpMM M x width; SDDMM one slot per stored value, ``self.out``'s size).
+        """
+        args = list(self._args)
+        first = self._pointers - 1 - len(operands)
+        for index, array in enumerate(operands):
+            args[first + index] = array.ctypes.data
+        args[self._pointers - 1] = out.ctypes.data
+        self._fn(*args)
 
     def result(self) -> np.ndarray:
         """SpMM: C (M x width); SDDMM: the output values in A's CSR order."""
@@ -134,6 +150,7 @@ class KernelCall(BoundKernel):
             arrays = [*levels, packed.vals, *self.operands, self.out]
         self._fn = _function(lib_path, op)
         self._args = [_address(a) for a in arrays] + tail
+        self._pointers = len(arrays)
 
 
 def _tolerance(terms: np.ndarray | float, bound: np.ndarray) -> np.ndarray:

@@ -1,0 +1,227 @@
+"""Interleaved timing: several prepared calls timed round by round (A B C base lib, ...).
+
+Timing candidates one after another on a shared machine ranks them by whatever ran beside
+each; rounds that visit every call in turn let a disturbance hit all of them alike, and the
+median over rounds drops the rounds it hit hardest. Each call's result is checked against
+scipy before any of its timings count (the caller's job: ``prepare`` here does it).
+
+``python -m cognate.targets.cpu.interleave JOB.json`` runs one tune --verify job in its own
+process (crash isolation, thread settings fixed before any runtime starts) and writes its
+outcome as JSON to the job's ``out`` path; ``cognate.search`` drives it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+MIN_SAMPLE_S = 1e-3  # a sample is as many back-to-back calls as fill this
+ROUNDS = 7
+REMEASURE_ROUNDS = 15
+TIMEOUT_S = 10.0  # a config whose checked run takes longer is not timed (status timeout)
+
+
+@dataclass
+class Timed:
+    """Per-call seconds of one entry, one sample per round."""
+
+    name: str
+    samples: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return float(statistics.median(self.samples))
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range of the samples: the noise one comparison must clear."""
+        if len(self.samples) < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return float(q3 - q1)
+
+
+def calls_per_sample(fn: Callable[[], Any], min_sample_s: float = MIN_SAMPLE_S) -> int:
+    """Run ``fn`` once (a warm-up) and return how many calls fill ``min_sample_s``."""
+    start = time.perf_counter()
+    fn()
+    first = max(time.perf_counter() - start, 1e-7)
+    return max(1, math.ceil(min_sample_s / first))
+
+
+def interleaved(
+    calls: dict[str, Callable[[], Any]], rounds: int = ROUNDS, min_sample_s: float = MIN_SAMPLE_S
+) -> dict[str, Timed]:
+    """Time every call once per round, ``rounds`` rounds; the order rotates by one each round
+    so no call always runs right after the same neighbour (whose cache footprint it sees)."""
+    names = list(calls)
+    numbers = {name: calls_per_sample(calls[name], min_sample_s) for name in names}
+    timed = {name: Timed(name) for name in names}
+    for round_index in range(rounds):
+        shift = round_index % max(len(names), 1)
+        for name in names[shift:] + names[:shift]:
+            fn, number = calls[name], numbers[name]
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            timed[name].samples.append((time.perf_counter() - start) / number)
+    return timed
+
+
+def tied(a: Timed, b: Timed) -> bool:
+    """Whether two medians are closer than the larger of their spreads."""
+    return abs(a.median - b.median) <= max(a.spread, b.spread)
+
+
+def leaders(timed: dict[str, Timed], among: list[str]) -> list[str]:
+    """The two fastest names of ``among`` by median."""
+    return sorted(among, key=lambda name: timed[name].median)[:2]
+
+
+# --- the tune --verify job (run in its own process) -------------------------------------------
+
+
+def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+    """Pack, compile and check every config and library reference: the calls that may be
+    timed, and the outcome so far (statuses, errors, the library inspection times)."""
+    from cognate.targets.cpu.families import build_kernel, make_call, view_of
+    from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
+    from cognate.targets.cpu.library import library_calls
+    from cognate.targets.cpu.pack import TooLarge, pack
+    from cognate.targets.cpu.worker import OPERAND_SEED, one_line
+
+    matrix = load_job_matrix(job["npz"])
+    op, width = job["op"], int(job["width"])
+    operands = dense_operands(op, matrix.shape, width, OPERAND_SEED)
+    ref, tol = reference(matrix.csr, op, operands)
+    calls: dict[str, Callable[[], Any]] = {}
+    outcome: dict[str, Any] = {"configs": {}, "library": {}, "library_missing": {}}
+    view = None
+    for entry in job["configs"]:
+        key, knobs = entry["key"], entry["knobs"]
+        try:
+            if knobs.get("family", "csr") != "csr" and view is None:
+                view = view_of(matrix)
+            source = matrix.csr if knobs.get("family", "csr") == "csr" else view
+            packed = pack(source, op, knobs, width=width)
+            call = make_call(str(build_kernel(op, knobs, width)), packed, knobs, operands)
+            start = time.perf_counter()
+            call()
+            first_s = time.perf_counter() - start
+            problem = mismatch(call.result(), ref, tol)
+        except TooLarge as exc:
+            outcome["configs"][key] = {"status": "too_large", "error": one_line(exc)}
+            continue
+        except Exception as exc:  # noqa: BLE001 - one bad config is a record, not a crash
+            outcome["configs"][key] = {"status": "error", "error": one_line(exc)}
+            continue
+        if problem:  # a wrong kernel never produces a timing
+            outcome["configs"][key] = {"status": "error", "error": problem}
+            continue
+        if first_s > job.get("timeout_s", TIMEOUT_S):  # the cpu runner's per-run limit
+            why = f"one run took {first_s:.3g} s, over the {job.get('timeout_s', TIMEOUT_S):g} s limit"
+            outcome["configs"][key] = {"status": "timeout", "error": why}
+            continue
+        outcome["configs"][key] = {"status": "ok"}
+        calls[key] = call
+    if job.get("library", True):
+        found, missing = library_calls(matrix.csr, op, operands, job.get("threads"))
+        outcome["library_missing"] = missing
+        for lib in found:
+            lib.run()
+            problem = mismatch(np.asarray(lib.result()), ref, 4 * tol)
+            if problem:
+                outcome["library_missing"][lib.name] = f"result wrong: {problem}"
+                continue
+            outcome["library"][lib.name] = {"inspect_s": lib.inspect_s}
+            calls[f"lib:{lib.name}"] = lib.run
+    return calls, outcome
+
+
+def save_job_matrix(matrix: Any, path: Path) -> None:
+    """Write A's CSR and its optional row/col permutations for the job process."""
+    csr = matrix.csr
+    arrays = {"data": csr.data, "indices": csr.indices, "indptr": csr.indptr}
+    for name in ("row_perm", "col_perm"):
+        if getattr(matrix, name, None) is not None:
+            arrays[name] = getattr(matrix, name)
+    np.savez(path, shape=np.array(csr.shape, dtype=np.int64), **arrays)
+
+
+def load_job_matrix(path: str) -> Any:
+    """The Matrix ``save_job_matrix`` wrote."""
+    import scipy.sparse as sp
+
+    from cognate.matrix import Matrix
+
+    with np.load(path) as z:
+        shape = tuple(int(n) for n in z["shape"])
+        csr = sp.csr_matrix((z["data"], z["indices"], z["indptr"]), shape=shape)
+        perms = {name: z[name] for name in ("row_perm", "col_perm") if name in z.files}
+    return Matrix("A", csr, source="tune --verify", **perms)
+
+
+def run_job(job: dict[str, Any]) -> dict[str, Any]:
+    """Prepare and check everything, then under the machine-wide timing lock read the load
+    and time all calls in interleaved rounds; re-measure the two leading configs (baseline
+    included) head to head when their medians are within their spreads."""
+    from cognate.timing import machine_load, timing_lock
+
+    calls, outcome = _prepare(job)
+    configs = [key for key in outcome["configs"] if key in calls]
+
+    def waiting(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    with timing_lock(on_wait=waiting):
+        load = machine_load(job.get("threads"))
+        outcome["load"] = {**load.as_dict(), "line": load.line()}
+        timed = interleaved(calls, job.get("rounds", ROUNDS), job.get("min_sample_s", MIN_SAMPLE_S))
+        remeasured: list[str] = []
+        if len(configs) >= 2:
+            first, second = leaders(timed, configs)
+            if tied(timed[first], timed[second]):
+                again = interleaved(
+                    {k: calls[k] for k in (first, second)},
+                    job.get("remeasure_rounds", REMEASURE_ROUNDS),
+                    job.get("min_sample_s", MIN_SAMPLE_S),
+                )
+                timed.update(again)
+                remeasured = [first, second]
+    outcome["remeasured"] = remeasured
+    for name, t in timed.items():
+        entry = {"runtime_s": t.median, "spread_s": t.spread, "rounds": len(t.samples)}
+        if name.startswith("lib:"):
+            outcome["library"][name[4:]].update(entry)
+        else:
+            outcome["configs"][name].update(entry)
+    return outcome
+
+
+def main(argv: list[str]) -> None:
+    job = json.loads(Path(argv[1]).read_text())
+    threads = job.get("threads")
+    if threads:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    warnings.filterwarnings("ignore", category=UserWarning)  # torch's sparse-CSR beta notices
+    try:
+        outcome = run_job(job)
+    except Exception as exc:  # noqa: BLE001 - one line for the parent, never a traceback
+        outcome = {"failed": f"{type(exc).__name__}: {' '.join(str(exc).split())[:400]}"}
+    Path(job["out"]).write_text(json.dumps(outcome))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

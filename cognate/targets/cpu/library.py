@@ -1,0 +1,241 @@
+"""The cpu library references, prepared as performance-minded users prepare them.
+
+- MKL's inspector-executor SpMM: ``mkl_sparse_s_create_csr`` once, ``mkl_sparse_set_mm_hint``
+  + ``mkl_sparse_optimize`` once (the inspection, timed apart and reported, never hidden),
+  then ``mkl_sparse_s_mm`` per call into a preallocated C (row-major, beta 0). Called through
+  the ``mkl`` pip package's ``libmkl_rt`` with ctypes (LP64, DESIGN 11). sparse_dot_mkl is
+  not used: it rebuilds the handle on every call and skips optimize (1.86x slower).
+- torch.sparse.mm on a CSR tensor (int32 indices), and for SDDMM
+  torch.sparse.sampled_addmm (MKL has no SDDMM).
+
+MKL runs on the GNU OpenMP layer (``MKL_THREADING_LAYER=GNU``) so it shares libgomp with the
+generated kernels: one thread pool, same waiting policy, and no runtime clash in one process.
+Each reference's result is checked against scipy by the caller before any timing counts.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from cognate.errors import CognateError
+
+MKL_ENV = "MKL_RT"  # path of libmkl_rt to use instead of the one in this environment
+# MKL sparse enums (mkl_spblas.h): SPARSE_INDEX_BASE_ZERO, SPARSE_OPERATION_NON_TRANSPOSE,
+# SPARSE_MATRIX_TYPE_GENERAL / SPARSE_FILL_MODE_LOWER / SPARSE_DIAG_NON_UNIT,
+# SPARSE_LAYOUT_ROW_MAJOR; MKL_THREADING_GNU for MKL_Set_Threading_Layer.
+INDEX_BASE_ZERO, OPERATION_NON_TRANSPOSE, LAYOUT_ROW_MAJOR = 0, 10, 101
+DESCR_GENERAL = (20, 40, 50)
+THREADING_GNU = 3
+EXPECTED_CALLS = 1000  # the hint: many calls amortise the inspection
+MAX_LP64 = 2**31 - 1
+
+
+class MatrixDescr(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("mode", ctypes.c_int), ("diag", ctypes.c_int)]
+
+
+def find_mkl_rt() -> Path | None:
+    """``$MKL_RT``, else the libmkl_rt the ``mkl`` pip package put in this environment."""
+    env = os.environ.get(MKL_ENV)
+    if env:
+        return Path(env) if Path(env).is_file() else None
+    found = sorted(Path(sys.prefix, "lib").glob("libmkl_rt.so*"))
+    return found[-1] if found else None
+
+
+_MKL: Any = None
+
+
+def mkl_runtime() -> Any:
+    """libmkl_rt loaded once, GNU threading layer, prototypes set; a CognateError (one line)
+    when the ``mkl`` package is missing."""
+    global _MKL
+    if _MKL is not None:
+        return _MKL
+    path = find_mkl_rt()
+    if path is None:
+        raise CognateError(
+            "MKL not found: `pip install mkl` (cognate's [bench] extra) or set MKL_RT to libmkl_rt"
+        )
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise CognateError(f"{path}: cannot load MKL: {exc}") from None
+    lib.MKL_Set_Threading_Layer.argtypes = [ctypes.c_int]
+    lib.MKL_Set_Threading_Layer(THREADING_GNU)  # before any MKL call that threads
+    handle = ctypes.POINTER(ctypes.c_void_p)
+    i32, ptr = ctypes.c_int32, ctypes.c_void_p
+    lib.mkl_sparse_s_create_csr.argtypes = [handle, ctypes.c_int, i32, i32, ptr, ptr, ptr, ptr]
+    lib.mkl_sparse_set_mm_hint.argtypes = [ptr, ctypes.c_int, MatrixDescr, ctypes.c_int, i32, i32]
+    lib.mkl_sparse_optimize.argtypes = [ptr]
+    lib.mkl_sparse_s_mm.argtypes = [
+        *(ctypes.c_int, ctypes.c_float, ptr, MatrixDescr, ctypes.c_int),
+        *(ptr, i32, i32, ctypes.c_float, ptr, i32),
+    ]
+    lib.mkl_sparse_destroy.argtypes = [ptr]
+    lib.MKL_Set_Num_Threads.argtypes = [ctypes.c_int]
+    _MKL = lib
+    return lib
+
+
+def _check(status: int, what: str) -> None:
+    if status != 0:
+        raise CognateError(f"MKL {what} failed with sparse_status {status}")
+
+
+class MklSpmm:
+    """A CSR matrix prepared for MKL's inspector-executor SpMM at one dense width.
+
+    ``inspect_s``: seconds of create + set_mm_hint + optimize (a one-off, reported apart).
+    ``self(B, C)`` computes C = A @ B in place (B K x width, C M x width, float32,
+    C-contiguous).
+    """
+
+    def __init__(self, csr: sp.csr_matrix, width: int, threads: int | None = None) -> None:
+        rows, cols = csr.shape
+        if max(rows, cols, csr.nnz, width) > MAX_LP64:
+            raise CognateError("MKL (LP64): matrix or width over 2^31 - 1")
+        self.lib = mkl_runtime()
+        if threads:
+            self.lib.MKL_Set_Num_Threads(int(threads))
+        # MKL keeps pointers to these arrays: they live as long as the handle.
+        self.indptr = np.ascontiguousarray(csr.indptr, dtype=np.int32)
+        self.indices = np.ascontiguousarray(csr.indices, dtype=np.int32)
+        self.values = np.ascontiguousarray(csr.data, dtype=np.float32)
+        self.shape, self.width = (rows, cols), int(width)
+        self.descr = MatrixDescr(*DESCR_GENERAL)
+        self.handle = ctypes.c_void_p()
+        start = time.perf_counter()
+        base = self.indptr.ctypes.data
+        _check(
+            self.lib.mkl_sparse_s_create_csr(
+                ctypes.byref(self.handle), INDEX_BASE_ZERO, rows, cols,
+                base, base + 4, self.indices.ctypes.data, self.values.ctypes.data,
+            ),
+            "mkl_sparse_s_create_csr",
+        )  # fmt: skip
+        hint = self.lib.mkl_sparse_set_mm_hint(
+            self.handle, OPERATION_NON_TRANSPOSE, self.descr, LAYOUT_ROW_MAJOR,
+            self.width, EXPECTED_CALLS,
+        )  # fmt: skip
+        _check(hint, "mkl_sparse_set_mm_hint")
+        _check(self.lib.mkl_sparse_optimize(self.handle), "mkl_sparse_optimize")
+        self.inspect_s = time.perf_counter() - start
+
+    def __call__(self, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        rows, cols = self.shape
+        if b.shape != (cols, self.width) or c.shape != (rows, self.width):
+            raise CognateError(f"MKL SpMM: B {b.shape} / C {c.shape} do not fit A {self.shape}")
+        if not (_dense_ok(b) and _dense_ok(c)):
+            raise CognateError("MKL SpMM: B and C must be float32 and C-contiguous")
+        status = self.lib.mkl_sparse_s_mm(
+            OPERATION_NON_TRANSPOSE, 1.0, self.handle, self.descr, LAYOUT_ROW_MAJOR,
+            b.ctypes.data, self.width, self.width, 0.0, c.ctypes.data, self.width,
+        )  # fmt: skip
+        _check(status, "mkl_sparse_s_mm")
+        return c
+
+    def __del__(self) -> None:
+        handle = getattr(self, "handle", None)
+        if handle is not None and handle.value:
+            self.lib.mkl_sparse_destroy(handle)
+            self.handle = None
+
+
+def _dense_ok(a: np.ndarray) -> bool:
+    return a.dtype == np.float32 and a.flags.c_contiguous and a.flags.aligned
+
+
+@dataclass
+class LibraryCall:
+    """One prepared library reference: ``run()`` computes the product (result as the cpu
+    kernels lay it out: SpMM dense C, SDDMM the values in A's CSR order)."""
+
+    name: str
+    run: Callable[[], Any]
+    result: Callable[[], np.ndarray]
+    inspect_s: float = 0.0
+
+
+def mkl_spmm_call(csr: sp.csr_matrix, b: np.ndarray, threads: int | None = None) -> LibraryCall:
+    """MKL inspector-executor C = A @ B, B read in place, C preallocated once."""
+    prepared = MklSpmm(csr, b.shape[1], threads)
+    c = np.empty((csr.shape[0], b.shape[1]), dtype=np.float32)
+    return LibraryCall("mkl-ie", lambda: prepared(b, c), lambda: c, prepared.inspect_s)
+
+
+def torch_csr(csr: sp.csr_matrix) -> Any:
+    """A torch CSR tensor of ``csr`` (int32 indices, float32 values)."""
+    import torch
+
+    with warnings.catch_warnings():  # "sparse CSR support is in beta state"
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(np.ascontiguousarray(csr.indptr, dtype=np.int32)),
+            torch.from_numpy(np.ascontiguousarray(csr.indices, dtype=np.int32)),
+            torch.from_numpy(np.ascontiguousarray(csr.data, dtype=np.float32)),
+            size=csr.shape,
+            check_invariants=False,  # canonical CSR already (and checks cost a pass)
+        )
+
+
+def torch_spmm_call(csr: sp.csr_matrix, b: np.ndarray) -> LibraryCall:
+    """torch.sparse.mm(A_csr, B) as a PyTorch user calls it (it allocates its output)."""
+    import torch
+
+    a, tb = torch_csr(csr), torch.from_numpy(b)
+    box: list[Any] = [None]
+
+    def run() -> None:
+        box[0] = torch.sparse.mm(a, tb)
+
+    return LibraryCall("torch.sparse.mm", run, lambda: box[0].numpy())
+
+
+def torch_sddmm_call(csr: sp.csr_matrix, x: np.ndarray, y: np.ndarray) -> LibraryCall:
+    """torch.sparse.sampled_addmm(A_csr, X, Y^T, beta=0) scaled by A's values (sampled_addmm
+    samples at A's pattern only): A * (X @ Y^T), values in A's CSR order."""
+    import torch
+
+    a = torch_csr(csr)
+    a_values = a.values()
+    tx, tyt = torch.from_numpy(x), torch.from_numpy(y).T.contiguous()
+    box: list[Any] = [None]
+
+    def run() -> None:
+        box[0] = torch.sparse.sampled_addmm(a, tx, tyt, beta=0.0)
+        box[0].values().mul_(a_values)
+
+    return LibraryCall("torch.sparse.sampled_addmm", run, lambda: box[0].values().numpy())
+
+
+def library_calls(
+    csr: sp.csr_matrix, op: str, operands: tuple[np.ndarray, ...], threads: int | None = None
+) -> tuple[list[LibraryCall], dict[str, str]]:
+    """The library references of ``op`` that can run here, and why the others cannot."""
+    makers: list[tuple[str, Callable[[], LibraryCall]]]
+    if op == "spmm":
+        makers = [
+            ("mkl-ie", lambda: mkl_spmm_call(csr, operands[0], threads)),
+            ("torch.sparse.mm", lambda: torch_spmm_call(csr, operands[0])),
+        ]
+    else:
+        makers = [("torch.sparse.sampled_addmm", lambda: torch_sddmm_call(csr, *operands))]
+    calls, missing = [], {}
+    for name, make in makers:
+        try:
+            calls.append(make())
+        except (CognateError, ImportError, RuntimeError) as exc:
+            missing[name] = " ".join(str(exc).split())
+    return calls, missing
