@@ -34,6 +34,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("row_max", "row max"),
     ("row_cv", "row cv"),
     ("bandwidth", "bandwidth"),
+    ("near_diag", "near diag"),
 )
 
 
