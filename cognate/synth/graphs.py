@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.csgraph import minimum_spanning_tree
-from scipy.spatial import Delaunay
 
 from cognate.errors import CognateError
 from cognate.synth.sampling import (
@@ -137,6 +135,9 @@ def road(
     rcm: bool = False,
 ) -> Pattern:
     """A planar road-like graph with about nnz entries (2 per edge) or rows nodes."""
+    # Imported here: scipy.sparse.csgraph costs ~0.3 s, too much for every CLI start.
+    from scipy.sparse.csgraph import minimum_spanning_tree
+
     rcm = check_flag(rcm, "rcm")
     n, target = square_size(rows, cols, nnz, ROAD_DEGREE, "road")
     if n < 4:
@@ -167,6 +168,8 @@ def _pair_keys(row: np.ndarray, col: np.ndarray, n: int) -> np.ndarray:
 
 def _delaunay_edges(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The triangulation's edges (low < high), sorted by low * n + high."""
+    from scipy.spatial import Delaunay  # lazily, like csgraph in road()
+
     n = points.shape[0]
     triangles = Delaunay(points).simplices.astype(np.int64)
     first = triangles[:, [0, 1, 2]].ravel()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-from scipy.spatial import Delaunay
 
 from cognate.errors import CognateError
 from cognate.synth.sampling import (
@@ -80,6 +79,8 @@ def _vertices_for_nnz(dim: int, p2: bool, nnz: int) -> int:
 
 def _assemble(points: np.ndarray, p2: bool) -> Pattern:
     """Entry (i, j) for every pair of nodes sharing an element, the diagonal included."""
+    from scipy.spatial import Delaunay  # imported here: costly for every CLI start
+
     vertices, dim = points.shape
     try:
         elements = Delaunay(points).simplices.astype(np.int64)
