@@ -49,6 +49,7 @@ of the same matrix S (drawn from a separate stream, so S is identical). The resu
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -113,8 +114,8 @@ _GENERATORS: dict[str, Callable[..., Positions]] = {
     "nm": nm,
 }
 _SCALE_GENERATORS: dict[str, Callable[..., Pattern]] = {
-    "mesh2d": lambda *args, **options: mesh(2, *args, **options),
-    "mesh3d": lambda *args, **options: mesh(3, *args, **options),
+    "mesh2d": partial(mesh, 2),
+    "mesh3d": partial(mesh, 3),
     "powerlaw": powerlaw,
     "road": road,
     "circuit": circuit,

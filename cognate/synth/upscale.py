@@ -48,9 +48,9 @@ def kron(
     pattern = load_matrix(base).csr.copy()
     pattern.data[:] = 1
     factor = _small_pattern(nnz / pattern.nnz, rng)
+    check_size(pattern.nnz * factor.nnz)  # before the product is built
     product = sp.kron(pattern, factor) if layout == "blocks" else sp.kron(factor, pattern)
     product = product.tocoo()
-    check_size(int(product.nnz))
     keep = distinct_sample(product.nnz, min(nnz, product.nnz), rng)
     return Pattern(
         product.row[keep].astype(np.int64), product.col[keep].astype(np.int64), product.shape
@@ -64,11 +64,8 @@ def _small_pattern(growth: float, rng: np.random.Generator) -> sp.csr_matrix:
     count = math.ceil(growth / (1 - _PERTURBATION))
     size = max(2, math.ceil(math.sqrt(count)))
     off_diagonal = np.flatnonzero(~np.eye(size, dtype=bool))
+    # count >= size always (ceil(sqrt(count)) <= count), so the diagonal fits the budget.
     extra = rng.choice(off_diagonal, size=min(count - size, off_diagonal.size), replace=False)
-    cells = (
-        np.concatenate([np.arange(size) * (size + 1), extra])
-        if count > size
-        else (np.arange(size) * (size + 1))
-    )
+    cells = np.concatenate([np.arange(size) * (size + 1), extra])
     ones = np.ones(cells.size, dtype=np.int8)
     return sp.csr_matrix((ones, (cells // size, cells % size)), shape=(size, size))
