@@ -79,6 +79,14 @@ def test_sized_by_rows(kind):
     assert abs(p2.shape[0] - 3000) <= 300  # P2 nodes follow the mesh: within 10%
 
 
+@pytest.mark.parametrize("kind", ["mesh2d", "mesh3d"])
+def test_small_p2_meshes_still_hit_the_size(kind):
+    # 10^4 nnz of P2 tetrahedra is a mesh of ~60 vertices: one rebuild was not always enough.
+    for seed in range(12):
+        matrix = generate(kind, nnz=10_000, seed=seed, p2=True)
+        assert abs(matrix.nnz - 10_000) <= 500, seed
+
+
 def test_exact_sizes_where_the_class_allows():
     for kind in ("powerlaw", "road"):
         assert generate(kind, nnz=40_000, seed=2).nnz == 40_000
