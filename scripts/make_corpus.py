@@ -1,26 +1,38 @@
 """Write the synthetic training corpus (deterministic) used next to the shared real matrices.
 
 The mix covers the structures a sparse autotuner meets: uniform, power-law (R-MAT), banded,
-block-diagonal and the structured NN masks (k-diagonal, block, N:M, permuted variants).
-Sizes stay small enough that 100 cpu configs of each collect in about a minute here.
+block-diagonal and the structured NN masks (k-diagonal, block, N:M, permuted variants), and
+at scale the realistic classes (meshes, community graphs, roads, circuits, LPs, upscaled
+real matrices).
 
-    python scripts/make_corpus.py OUT_DIR [--count N] [--set base|extra]
+    python scripts/make_corpus.py OUT_DIR [--count N] [--set base|extra|scale]
+    python scripts/make_corpus.py OUT_DIR --set scale [--max-nnz N]
+    python scripts/make_corpus.py OUT_DIR --verify
 
 ``base`` (default) writes the first 30 files, byte-identical to the corpus the stored records
 were collected on (their permuted variants are saved as the plain logical matrix A, as they
 always were). ``extra`` writes ~40 more (nnz 20k..400k, mostly <= 200k): generic kinds of
 varied sizes and the layer masks of DESIGN section 10, permuted ones with their index maps.
+``scale`` writes 304 matrices of the realistic kinds (``cognate.synth.SCALE_KINDS``), sizes
+log-uniform over 10^4..5x10^6 nnz within every kind, seeds fixed, plus ``manifest.csv``
+(name, kind, seed, options, shape, nnz, sha256 of the file) so the corpus is reproducible
+without storing it. It resumes: a file whose manifest row matches its recipe and its bytes
+is kept. ``--max-nnz`` leaves out the recipes above a size (a cheaper subset, same names);
+``--verify`` re-checks every file of OUT_DIR's manifest against its sha256.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+from cognate.errors import CognateError
 from cognate.io import save_matrix
 from cognate.synth import generate
+from cognate.synth.corpus import verify, write_scale
 
 # (kind, rows, cols, density, options): a fixed, reviewed list rather than random draws,
 # so the corpus is the same on every machine.
@@ -131,9 +143,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--count", type=int, default=None, help="only the first N recipes")
-    parser.add_argument("--set", choices=sorted(SETS), default="base", dest="recipe_set")
+    parser.add_argument(
+        "--set", choices=[*sorted(SETS), "scale"], default="base", dest="recipe_set"
+    )
+    parser.add_argument("--max-nnz", type=int, default=None, help="scale: leave out larger")
+    parser.add_argument("--verify", action="store_true", help="check files against manifest")
     args = parser.parse_args()
+    try:
+        _run(args)
+    except (CognateError, OSError) as exc:
+        print(f"make_corpus: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        sys.exit(1)
+
+
+def _run(args: argparse.Namespace) -> None:
+    if args.verify:
+        bad = verify(args.out)
+        sys.exit(1 if bad else 0)
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.recipe_set == "scale":
+        write_scale(args.out, max_nnz=args.max_nnz, count=args.count)
+        return
     count = len(SETS[args.recipe_set][1]) if args.count is None else args.count
     write_set(args.out, args.recipe_set, range(min(count, len(SETS[args.recipe_set][1]))))
 

@@ -12,7 +12,8 @@ from rich.console import Console
 from rich.table import Table
 
 from cognate.errors import CognateError
-from cognate.synth import KINDS, LAYER_SHAPES, PERMUTE_CHOICES, generate
+from cognate.synth import ALL_KINDS, LAYER_SHAPES, PERMUTE_CHOICES, SCALE_KINDS, generate
+from cognate.synth.upscale import LAYOUTS
 
 _LAYER_SHAPES = ", ".join(f"{m}x{n}" for m, n in LAYER_SHAPES)
 _COLUMNS: tuple[tuple[str, str], ...] = (
@@ -27,6 +28,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("row_max", "row max"),
     ("row_cv", "row cv"),
     ("bandwidth", "bandwidth"),
+    ("near_diag", "near diag"),
 )
 
 
@@ -73,7 +75,7 @@ def _cell(value: Any) -> str:
 
 
 @click.command("synth")
-@click.argument("kind", type=click.Choice(KINDS))
+@click.argument("kind", type=click.Choice(ALL_KINDS))
 @click.option("--rows", type=click.IntRange(min=1), help="Number of rows (M).")
 @click.option("--cols", type=click.IntRange(min=1), help="Number of columns (N).")
 @click.option(
@@ -96,19 +98,37 @@ def _cell(value: Any) -> str:
 @click.option("--b", "rmat_b", type=float, help="rmat: top-right quadrant probability.")
 @click.option("--c", "rmat_c", type=float, help="rmat: bottom-left quadrant probability.")
 @click.option("--d", "rmat_d", type=float, help="rmat: bottom-right quadrant probability.")
+@click.option("--p2", is_flag=True, default=None, help="mesh2d / mesh3d: P2 elements.")
+@click.option(
+    "--rcm", is_flag=True, default=None, help="mesh2d / mesh3d / road: reverse Cuthill-McKee order."
+)
+@click.option("--directed", is_flag=True, default=None, help="powerlaw: a directed graph.")
+@click.option("--degree", type=float, help="powerlaw / circuit: mean entries per row.")
+@click.option(
+    "--base", type=click.Path(path_type=Path), help="kron: the real matrix file to upscale."
+)
+@click.option("--layout", type=click.Choice(LAYOUTS), help="kron: blocks (default) or tiles.")
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help=".npz or .mtx")
 def synth(kind: str, output: Path, **args: Any) -> None:
-    """Generate a synthetic KIND matrix (deterministic per seed) and write it to OUTPUT."""
+    """Generate a synthetic KIND matrix (deterministic per seed) and write it to OUTPUT.
+
+    The realistic kinds (mesh2d, mesh3d, powerlaw, road, circuit, lp, kron) are sized by
+    --nnz alone (their shape follows) or by --rows/--cols.
+    """
     from cognate.io import check_output_path, save_matrix
 
     renamed = {"nm_n": "n", "nm_m": "m", "rmat_a": "a", "rmat_b": "b", "rmat_c": "c", "rmat_d": "d"}
     options = {renamed.get(k, k): v for k, v in args.items() if v is not None}
     rows, cols = _shape(
-        options.pop("rows", None), options.pop("cols", None), options.pop("shape", None)
+        options.pop("rows", None),
+        options.pop("cols", None),
+        options.pop("shape", None),
+        sized_by_nnz=kind in SCALE_KINDS,
     )
     check_output_path(output)  # before generating: a big matrix should not be made in vain
     matrix = generate(kind, rows, cols, **options)
     save_matrix(matrix, output)
+    rows, cols = matrix.shape
     density = matrix.nnz / (rows * cols)
     line = f"wrote {output}: {kind} {rows} x {cols}, nnz {matrix.nnz} (density {density:.4g})"
     if matrix.permuted:
@@ -117,9 +137,14 @@ def synth(kind: str, output: Path, **args: Any) -> None:
     click.echo(line)
 
 
-def _shape(rows: int | None, cols: int | None, shape: str | None) -> tuple[int, int]:
-    """(rows, cols) from --rows/--cols or --shape MxN (exactly one of the two ways)."""
+def _shape(
+    rows: int | None, cols: int | None, shape: str | None, sized_by_nnz: bool = False
+) -> tuple[int | None, int | None]:
+    """(rows, cols) from --rows/--cols or --shape MxN (exactly one of the two ways); a kind
+    ``sized_by_nnz`` may give either or neither."""
     if shape is None:
+        if sized_by_nnz:
+            return rows, cols
         if rows is None or cols is None:
             raise CognateError("give --rows and --cols, or --shape MxN")
         return rows, cols
