@@ -92,7 +92,8 @@ def matrices(args: argparse.Namespace) -> list[Matrix]:
     if args.quick:
         return [load_matrix(root / "suitesparse" / f"{QUICK_MATRIX}.mtx.gz")]
     paths = sorted((root / "suitesparse").glob("*.mtx.gz")) + sorted((root / "waco").glob("*.csr"))
-    paths += sorted((root / "ngraph").glob("*"))
+    if args.ngraph:  # 277 more real matrices, mostly under 10k nnz: opt in
+        paths += sorted((root / "ngraph").glob("*.mtx.gz"))
     if args.matrices:
         paths = [p for p in paths if any(name in p.name for name in args.matrices)]
     found = []
@@ -155,6 +156,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help=f"one small matrix ({QUICK_MATRIX})")
     parser.add_argument("--matrices", nargs="*", help="only matrices whose file name has these")
     parser.add_argument("--limit", type=int, default=0)
+    parser.add_argument(
+        "--ngraph", action="store_true", help="also the 277 ngraph matrices (mostly < 10k nnz)"
+    )
     parser.add_argument("--synthetic-nnz", type=int, default=1_000_000, help="0: none")
     parser.add_argument("--widths", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--rounds", type=int, default=15)
