@@ -45,7 +45,6 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from cognate.build import compile_c, load_library  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
@@ -54,35 +53,11 @@ from cognate.targets.cpu.kernel import KernelCall, dense_operands, mismatch, ref
 from cognate.targets.cpu.pack import TooLarge, pack  # noqa: E402
 from cognate.targets.cpu.runner import CpuRunner  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
+from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402
 
 console = Console(width=200)
 warnings.filterwarnings("ignore", message="Sparse (invariant checks|CSR tensor support)")
 THREADS = int(os.environ.get("OMP_NUM_THREADS", 0)) or len(os.sched_getaffinity(0))
-
-STREAM_SOURCE = """
-#include <stdint.h>
-void triad(double *restrict a, const double *restrict b, const double *restrict c,
-           double s, int64_t n) {
-    #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++) a[i] = b[i] + s * c[i];
-}
-"""
-
-
-def stream_triad_gbs(n: int = 1 << 23, rounds: int = 15) -> float:
-    """Best-of-median STREAM triad bandwidth (24 bytes per element, as STREAM counts)."""
-    import ctypes
-
-    fn = load_library(str(compile_c(STREAM_SOURCE))).triad
-    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_double, ctypes.c_int64]
-    a, b, c = np.zeros(n), np.ones(n), np.full(n, 2.0)
-    args = (a.ctypes.data, b.ctypes.data, c.ctypes.data, 3.0, n)
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(time.perf_counter() - start)
-    return 24 * n / statistics.median(times) / 1e9
 
 
 def load_matrices(args: argparse.Namespace) -> list[Matrix]:

@@ -26,9 +26,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import statistics
 import sys
-import time
 
 
 def _early_threads() -> None:
@@ -56,34 +54,10 @@ from cognate.paths import shared_dir  # noqa: E402
 from cognate.targets.cpu import library  # noqa: E402
 from cognate.targets.cpu.interleave import interleaved  # noqa: E402
 from cognate.targets.cpu.kernel import mismatch, reference  # noqa: E402
+from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402
 from cognate.timing import machine_load, timing_lock  # noqa: E402
 
 QUICK_MATRIX = "dwt_878"
-STREAM_SOURCE = """
-#include <stdint.h>
-void triad(double *restrict a, const double *restrict b, const double *restrict c,
-           double s, int64_t n) {
-    #pragma omp parallel for simd schedule(static)
-    for (int64_t i = 0; i < n; i++) a[i] = b[i] + s * c[i];
-}
-"""
-
-
-def stream_triad_gbs(n: int = 1 << 23, rounds: int = 15) -> float:
-    """Median STREAM triad bandwidth (24 bytes per element, as STREAM counts)."""
-    import ctypes
-
-    from cognate.build import compile_c, load_library
-
-    fn = load_library(str(compile_c(STREAM_SOURCE))).triad
-    fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_double, ctypes.c_int64]
-    a, b, c = np.zeros(n), np.ones(n), np.full(n, 2.0)
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        fn(a.ctypes.data, b.ctypes.data, c.ctypes.data, 3.0, n)
-        times.append(time.perf_counter() - start)
-    return 24 * n / statistics.median(times) / 1e9
 
 
 def matrices(args: argparse.Namespace) -> list[Matrix]:
