@@ -1,0 +1,72 @@
+"""A pretrained model vs the non-learned baselines on its held-out matrices (paired).
+
+    python scripts/compare_baselines.py MODEL --db records.sqlite
+
+The model must have been trained with ``cognate pretrain --hold-out F``: its metadata names
+the held-out (test) matrices, never trained on nor used for epoch selection. The baselines
+(best fixed config, greedy fixed 5-set, the GBT selector, random search) are chosen on the
+model's own training matrices, so both sides saw the same data. Prints per baseline the
+geomean top-1 / best-of-5 as % of the oracle and the paired ratio model / baseline with a 95%
+bootstrap CI over the held-out matrices.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cognate.cli.pretrain import load_runs
+from cognate.evaluate.baselines import all_baselines
+from cognate.evaluate.stats import bootstrap_ci, mean_of_ratio
+from cognate.model.train import _Embedder, _encode_all, load_checkpoint, read_metadata
+from cognate.targets import get_target
+
+
+def model_picks(model, encoder, runs) -> tuple[dict[str, float], dict[str, float]]:
+    _encode_all(runs, encoder)
+    embeddings = _Embedder(model).all(runs)
+    top1, top5 = {}, {}
+    with torch.no_grad():
+        for run in runs:
+            scores = model.score(embeddings[run.key], run.width, run.features).numpy()
+            order = np.argsort(scores, kind="stable")
+            base = run.runtimes[run.baseline]
+            top1[run.matrix.name] = float(base / run.runtimes[order[0]])
+            top5[run.matrix.name] = float(base / run.runtimes[order[:5]].min())
+    return top1, top5
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path)
+    parser.add_argument("--db", type=Path, required=True)
+    args = parser.parse_args()
+    meta = read_metadata(args.model)
+    space = get_target(meta["target"]).space(meta["op"])
+    split = {part: {m["sha256"] for m in meta["split"].get(part, [])} for part in ("train", "test")}
+    if not split["test"]:
+        raise SystemExit(f"{args.model}: no held-out matrices (train it with --hold-out)")
+    runs = [r for r in load_runs(args.db, space) if r.baseline is not None]
+    train = [r for r in runs if r.key in split["train"]]
+    test = [r for r in runs if r.key in split["test"]]
+    model, encoder, _ = load_checkpoint(args.model, space)
+    model.eval()
+    mine1, mine5 = model_picks(model, encoder, test)
+    names = sorted(mine1)
+    oracle = {r.matrix.name: float(r.runtimes[r.baseline] / r.runtimes.min()) for r in test}
+    row = lambda d: np.array([[d[n] for n in names]])  # noqa: E731 - (1, matrices)
+    pct = lambda d: bootstrap_ci([row(d), row(oracle)], mean_of_ratio).text("{:.1%}")  # noqa: E731
+    print(f"{args.model.name}: {len(train)} training, {len(names)} held-out matrices")
+    print(f"model  top-1 {pct(mine1)} of oracle, best of top-5 {pct(mine5)}")
+    for name, picks in all_baselines(space, train, test, k=5).items():
+        print(f"{name:<6} top-1 {pct(picks.top1)}, best of 5 {pct(picks.topk)}")
+        r1 = bootstrap_ci([row(mine1), row(picks.top1)], mean_of_ratio).text()
+        r5 = bootstrap_ci([row(mine5), row(picks.topk)], mean_of_ratio).text()
+        print(f"       model / {name}: top-1 {r1}, top-5 {r5} (paired, 95% CI)")
+
+
+if __name__ == "__main__":
+    main()
