@@ -48,7 +48,9 @@ def local_source(source: str) -> str:
 def dataset_frame(frame: pd.DataFrame, counters: bool) -> pd.DataFrame:
     """An export frame made portable (sources) and, without ``counters``, smaller."""
     out = frame.copy()
-    out["source"] = out["source"].map(portable_source)
+    # a matrix's source repeats on every one of its records: resolve each path once
+    sources = {source: portable_source(source) for source in out["source"].unique()}
+    out["source"] = out["source"].map(sources)
     if not counters:
         out = out.drop(columns=["counters"])
     return out

@@ -599,8 +599,25 @@ class Store:
             df = df.assign(counters="{}")
         before = self._count()
         with self._transaction() as conn:
+            # matrices and configs repeat across rows: each is written once
+            for row in df.drop_duplicates("matrix_sha256").itertuples(index=False):
+                conn.execute(
+                    _UPSERT_MATRIX,
+                    (
+                        row.matrix,
+                        row.source,
+                        row.matrix_sha256,
+                        *map(int, (row.rows, row.cols, row.nnz)),
+                    ),
+                )
+            for row in df.drop_duplicates("config_hash").itertuples(index=False):
+                conn.execute(
+                    "INSERT INTO configs (target, op, space_version, json, hash)"
+                    " VALUES (?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING",
+                    (row.target, row.op, row.space_version, row.config, row.config_hash),
+                )
             for row in df.itertuples(index=False):
-                self._import_row(conn, row)
+                self._import_measurement(conn, row)
         added = self._count() - before
         return added, len(df) - added
 
@@ -608,16 +625,7 @@ class Store:
         return int(self._conn.execute("SELECT count(*) FROM measurements").fetchone()[0])
 
     @staticmethod
-    def _import_row(conn: sqlite3.Connection, row: Any) -> None:
-        conn.execute(
-            _UPSERT_MATRIX,
-            (row.matrix, row.source, row.matrix_sha256, int(row.rows), int(row.cols), int(row.nnz)),
-        )
-        conn.execute(
-            "INSERT INTO configs (target, op, space_version, json, hash) VALUES (?, ?, ?, ?, ?)"
-            " ON CONFLICT (hash) DO NOTHING",
-            (row.target, row.op, row.space_version, row.config, row.config_hash),
-        )
+    def _import_measurement(conn: sqlite3.Connection, row: Any) -> None:
         if row.status not in STATUSES:
             raise CognateError(f"import: unknown status {row.status!r}")
         # a simulator's records are host-independent, whatever an older export called them
