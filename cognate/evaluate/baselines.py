@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.special import gammaln
 
 from cognate.model.train import MatrixRuns
 from cognate.space import Space
@@ -197,9 +198,8 @@ def expected_best_of(speedups: np.ndarray, k: int) -> float:
     n = len(logs)
     k = min(k, n)
     i = np.arange(n)
-    # C(n-1-i, k-1) / C(n, k), via log-gamma for large n
-    from scipy.special import gammaln
 
+    # C(n-1-i, k-1) / C(n, k), via log-gamma for large n
     def log_comb(a: np.ndarray, b: int) -> np.ndarray:
         return gammaln(a + 1) - gammaln(b + 1) - gammaln(a - b + 1)
 

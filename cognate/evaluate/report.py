@@ -122,7 +122,7 @@ def answers(rows: list[dict[str, Any]], tl_k: int) -> list[str]:
     return lines
 
 
-def active_answers(rows: list[dict[str, Any]]) -> list[str]:
+def active_answers(rows: list[dict[str, Any]], n_boot: int) -> list[str]:
     """Does TL with K actively chosen matrices reach TL with more random ones (paired)?"""
     lines = []
     randoms = sorted((r for r in rows if r["variant"] == TL), key=lambda r: r["k"])
@@ -133,7 +133,7 @@ def active_answers(rows: list[dict[str, Any]]) -> list[str]:
             for metric, what in (("top5", "best of top-5"), ("top1", "top-1")):
                 mine = np.asarray(active["per_seed"][metric])
                 theirs = np.asarray(random["per_seed"][metric])
-                e = bootstrap_ci([mine, theirs], mean_of_ratio, 2000)
+                e = bootstrap_ci([mine, theirs], mean_of_ratio, n_boot)
                 verdict = "Yes" if e.low >= 1 else ("On the mean" if e.mean >= 1 else "No")
                 lines.append(
                     f"Does TL-{active['k']}-active ({what}) reach TL-{random['k']}-random? "
