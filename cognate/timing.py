@@ -22,7 +22,7 @@ import fcntl
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +56,9 @@ def _open_shared(path: Path) -> int:
 
 
 @contextmanager
-def timing_lock(wait_s: float | None = None, on_wait: object = None) -> Iterator[None]:
+def timing_lock(
+    wait_s: float | None = None, on_wait: Callable[[str], object] | None = None
+) -> Iterator[None]:
     """Hold the machine-wide timing lock; wait for it (``wait_s`` None: forever).
 
     ``on_wait``: a callable given one line when another process holds the lock, so a
@@ -65,7 +67,7 @@ def timing_lock(wait_s: float | None = None, on_wait: object = None) -> Iterator
     fd = _open_shared(lock_path())
     try:
         if not _try_lock(fd):
-            if callable(on_wait):
+            if on_wait is not None:
                 on_wait(
                     f"waiting for the timing lock {lock_path()} (another cognate process is timing)"
                 )
