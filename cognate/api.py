@@ -8,6 +8,7 @@ import scipy.sparse as sp
 
 from cognate.errors import CognateError
 from cognate.matrix import Matrix, canonicalize
+from cognate.model.cost_model import CostModel
 from cognate.search import (
     DEFAULT_CANDIDATES,
     DEFAULT_SEED,
@@ -41,7 +42,7 @@ def tune(
     op: str = "spmm",
     width: int = 64,
     top_k: int = 5,
-    model: str | Path | None = None,
+    model: str | Path | CostModel | None = None,
     verify: bool = False,
     candidates: int = DEFAULT_CANDIDATES,
     seed: int = DEFAULT_SEED,
@@ -51,7 +52,8 @@ def tune(
 ) -> TuneResult:
     """Rank schedules of ``op`` on ``target`` for ``matrix`` with a cost model.
 
-    ``model``: a checkpoint (default: the shipped ``data/models/<target>-<op>.safetensors``).
+    ``model``: a ``CostModel`` or a model file (default: the shipped
+    ``data/models/<target>-<op>.safetensors``).
     ``verify``: measure the top-k and the baseline on the target (cpu: also the library).
     ``cover_families``: the top-k includes each kernel family's best-ranked config (cpu: csr,
     dia, bcsr), in place of the lowest-ranked picks, so the measurement decides between them.

@@ -59,7 +59,6 @@ from cognate.lifetime import (
 from cognate.matrix import Matrix
 from cognate.runner import STATUSES, Measurement, Runner
 from cognate.space import Space
-from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH
 from cognate.timing import Load, job_marker, machine_load, timing_lock
 
 DEFAULT_CONFIGS = 100
@@ -84,10 +83,6 @@ class RetryPolicy:
         if status not in ("timeout", "error"):
             return False
         return self.force or attempts <= self.retries
-
-
-# The widest dense operand a target can run (targets not listed have no fixed limit).
-_MAX_WIDTHS: dict[str, int] = {"cpu": MAX_SPECIALISED_WIDTH}
 
 
 @dataclass
@@ -233,13 +228,14 @@ def model_picker(
     """The ``n`` runnable candidates a cost model ranks best, from the same candidate set
     ``cognate tune`` searches: measuring them refines the model exactly where it searches
     (its top picks among 20k candidates lie where random samples are sparse)."""
-    from cognate import search  # torch: imported only when a model is asked for
+    from cognate.model.cost_model import CostModel, resolve_model_path
+    from cognate.search.rank import rank, runnable_top  # torch: only when a model is asked for
 
-    loaded = search.load_model(search.resolve_model_path(model_path, target_name, op), space)
+    model = CostModel.load(resolve_model_path(model_path, target_name, op), space)
 
     def pick(matrix: Matrix) -> list[Config]:
-        ranked, _ = search.rank(loaded, space, matrix, width)
-        top, _ = search.runnable_top(ranked, matrix, op, width, n, target_name, space.family)
+        ranked, _ = rank(model, space, matrix, width)
+        top, _ = runnable_top(ranked, matrix, op, width, n, target_name, space.family)
         return [candidate.config for candidate in top]
 
     return pick
@@ -431,9 +427,7 @@ def _timed(
     coll: _Collection, plan: _Plan, runner: Runner, chunk: list[Config]
 ) -> tuple[list[Measurement], tuple[Load, Load]] | None:
     """Measure ``chunk`` holding the timing lock; None when the runner failed (reported)."""
-    from cognate.targets.cpu.runner import omp_threads  # the threads a timing takes
-
-    threads = omp_threads()
+    threads = coll.target.timing_threads()
 
     def waiting(line: str) -> None:
         coll.progress.console.print(f"cognate: {line}", markup=False, soft_wrap=True)
@@ -755,19 +749,20 @@ def _matrix_files(matrix_paths: Sequence[str | Path]) -> list[Path]:
     return files
 
 
-def _check_numbers(
-    target_name: str, width: int, n_configs: int, jobs: int | None, batch: int
-) -> None:
+def _check_numbers(width: int, n_configs: int, jobs: int | None, batch: int) -> None:
     for name, value in (("width", width), ("configs", n_configs), ("batch", batch)):
         if value < 1:
             raise CognateError(f"--{name} must be at least 1, got {value}")
     if jobs is not None and jobs < 1:
         raise CognateError(f"--jobs must be at least 1, got {jobs}")
-    # Checked up front: past the limit every config would be stored as an error record,
-    # and a resume would then take those as done.
-    limit = _MAX_WIDTHS.get(target_name)
+
+
+def _check_width(target: targets.Target, width: int) -> None:
+    """Checked up front: past the limit every config would be stored as an error record,
+    and a resume would then take those as done."""
+    limit = target.max_width
     if limit is not None and width > limit:
-        raise CognateError(f"--width {width} is over the {target_name} limit of {limit}")
+        raise CognateError(f"--width {width} is over the {target.name} limit of {limit}")
 
 
 def _progress(console: Console) -> Progress:
@@ -821,13 +816,14 @@ def collect(
     from cognate.store import Store  # engineer B's store; imported where needed
 
     runner_options = dict(runner_options or {})
-    _check_numbers(target_name, width, n_configs, jobs, batch)
+    _check_numbers(width, n_configs, jobs, batch)
     if retries < 0:
         raise CognateError(f"--retries must be at least 0, got {retries}")
     if host_id is not None:
         check_host_id(host_id)
     retry = RetryPolicy(retries, retry_failed)
     target = targets.get_target(target_name)
+    _check_width(target, width)
     space = target.space(op)
     files = _matrix_files(matrix_paths)
     runner = _make_runner(target, runner_options)  # fails early (e.g. gpu without CUDA)

@@ -67,7 +67,7 @@ def is_simulated(target: str) -> bool:
     """Whether ``target`` is a registered deterministic simulator (not ``exclusive``)."""
     from cognate import targets  # the registry: imported only when asked
 
-    if target not in targets.KNOWN_TARGETS:
+    if not targets.is_target(target):
         return False
     return not targets.get_target(target).exclusive
 

@@ -37,7 +37,7 @@ def random_matrix(rows: int, nnz: int, seed: int):
 def load(model: Path | None, preset: str, space):
     from cognate.errors import CognateError
     from cognate.model.encoding import make_encoder
-    from cognate.model.predictor import CostModel
+    from cognate.model.predictor import RankingNetwork
     from cognate.model.preset import load_preset
     from cognate.search import LoadedModel, load_model, shipped_model_path
 
@@ -51,7 +51,7 @@ def load(model: Path | None, preset: str, space):
                 raise
             why = str(err)
     encoder = make_encoder(space)
-    cost = CostModel(load_preset(preset), encoder.dim).eval()
+    cost = RankingNetwork(load_preset(preset), encoder.dim).eval()
     name = f"untrained {preset} (shipped model unusable: {why})"
     return LoadedModel(Path(f"untrained-{preset}"), cost, encoder, {}), name
 

@@ -21,13 +21,13 @@ import torch
 from cognate.cli.pretrain import load_runs
 from cognate.evaluate.baselines import all_baselines
 from cognate.evaluate.stats import bootstrap_ci, mean_of_ratio
-from cognate.model.train import _Embedder, _encode_all, load_checkpoint, read_metadata
+from cognate.model.train import Embedder, encode_all, load_checkpoint, read_metadata
 from cognate.targets import get_target
 
 
 def model_picks(model, encoder, runs) -> tuple[dict[str, float], dict[str, float]]:
-    _encode_all(runs, encoder)
-    embeddings = _Embedder(model).all(runs)
+    encode_all(runs, encoder)
+    embeddings = Embedder(model).all(runs)
     top1, top5 = {}, {}
     with torch.no_grad():
         for run in runs:

@@ -23,7 +23,7 @@ from cognate.model.encoding import (
     make_encoder,
     permutation_matrix,
 )
-from cognate.model.predictor import CostModel, pairwise_accuracy, ranking_loss
+from cognate.model.predictor import RankingNetwork, pairwise_accuracy, ranking_loss
 from cognate.model.preset import load_preset, preset_from_dict
 from cognate.model.train import (
     MatrixRuns,
@@ -240,7 +240,7 @@ def test_frozen_featurizer_trains_only_the_predictor(spade_runs, spade_space) ->
         update={"featurizer": preset.featurizer.model_copy(update={"trainable": False})}
     )
     torch.manual_seed(3)
-    initial = CostModel(frozen, 41).featurizer.state_dict()
+    initial = RankingNetwork(frozen, 41).featurizer.state_dict()
     result = train(fresh(spade_runs[:8]), spade_space, frozen, seed=3)
     for key, value in result.model.featurizer.state_dict().items():
         assert torch.equal(value, initial[key]), key
@@ -319,7 +319,7 @@ def test_shipped_presets_build() -> None:
         assert len(preset.featurizer.channels) == layers
         assert max(preset.featurizer.channels) == widest
         assert preset.featurizer.first_kernel == 5 and preset.featurizer.kernel == 3
-        model = CostModel(preset, 41)
+        model = RankingNetwork(preset, 41)
         assert model.featurizer.weights[0].shape == (25, 1, preset.featurizer.channels[0])
 
 

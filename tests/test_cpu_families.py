@@ -304,15 +304,14 @@ def test_dia_refuses_a_general_matrix_immediately(shared: Path, runner: CpuRunne
 
 
 def test_tune_result_kernel_runs_a_family_config() -> None:
-    from cognate.search import _CpuKernel
+    from cognate.targets import get_target
 
     a = permuted(kdiag(200, 150, 6, seed=11), "p")
-    x, y = dense_operands("sddmm", a.shape, 16, 1)
-    kernel = _CpuKernel(a, "sddmm", _configs("sddmm")[-1], (x, y))
+    kernel = get_target("cpu").kernel(a, "sddmm", _configs("sddmm")[-1])
     for seed in (2, 3):  # new operands each call, as result.kernel(...) is used
         x, y = dense_operands("sddmm", a.shape, 16, seed)
         ref, tol = reference(a.csr, "sddmm", (x, y))
-        assert mismatch(kernel((x, y)).data, ref, tol) is None
+        assert mismatch(kernel(x, y).data, ref, tol) is None
 
 
 def test_emitted_family_source_compiles() -> None:

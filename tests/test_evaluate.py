@@ -18,7 +18,7 @@ from cognate.evaluate import harness
 from cognate.evaluate.harness import Candidate, Cell, select_candidate
 from cognate.evaluate.preset import load_experiment
 from cognate.evaluate.stats import bootstrap_ci, mean_of_geomeans, mean_of_ratio
-from cognate.model.train import _Embedder, read_metadata
+from cognate.model.train import Embedder, read_metadata
 from cognate.transfer.finetune import (
     EmbeddingCache,
     FinetuneOptions,
@@ -235,7 +235,7 @@ def test_embedding_cache_is_exact_keyed_by_weights_and_persists(
     runs = data.runs[:4]
     cache = EmbeddingCache(tmp_path)
     got = cache.embeddings(model, runs)
-    fresh = _Embedder(model).all(runs)
+    fresh = Embedder(model).all(runs)
     assert all(torch.equal(got[k], fresh[k]) for k in fresh)
     assert (cache.misses, cache.hits) == (4, 0)
     cache.embeddings(model, runs[:2])

@@ -21,7 +21,7 @@ from cognate.io import load_matrix
 from cognate.model import sparseconv
 from cognate.model.encoding import LoopNestEncoder, permutation_matrix
 from cognate.model.featurizer import Featurizer, matrix_points, matrix_scalars
-from cognate.model.predictor import CostModel
+from cognate.model.predictor import RankingNetwork
 from cognate.model.preset import preset_from_dict
 from cognate.model.train import read_metadata
 from cognate.paths import data_dir
@@ -40,7 +40,7 @@ def shipped_featurizer(name: str) -> Featurizer:
         pytest.skip(f"no shipped model {path}")
     meta = read_metadata(path)
     preset = meta["preset"]
-    model = CostModel(
+    model = RankingNetwork(
         preset_from_dict(preset["name"], {k: v for k, v in preset.items() if k != "name"}),
         meta["encoder"]["dim"],
     )

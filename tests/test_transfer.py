@@ -14,14 +14,10 @@ from cognate.cli import main, run
 from cognate.model.train import read_metadata
 from cognate.space import LoopNest
 from cognate.targets import get_target
+from cognate.targets.gpu.space import map_gpu
+from cognate.targets.spade.space import map_spade
 from cognate.transfer.autoencoder import AutoencoderEncoder, space_rows
-from cognate.transfer.mapper import (
-    MappedEncoder,
-    RandomMappedEncoder,
-    RawSlotEncoder,
-    map_gpu,
-    map_spade,
-)
+from cognate.transfer.mapper import MappedEncoder, RandomMappedEncoder, RawSlotEncoder
 
 SHAPE = (1000, 3000)  # rows, cols
 WIDTH = 64

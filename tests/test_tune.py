@@ -123,7 +123,7 @@ def test_json_schema_and_top_k_are_the_lowest_scores(spade_model, tuned, capsys)
     # Independently: the model's own predict over the whole space, sorted.
     loaded = load_model(spade_model, space)
     configs = space.all_configs()
-    scores = loaded.model.predict(load_matrix(tuned), configs, WIDTH, loaded.encoder)
+    scores = loaded.predict(load_matrix(tuned), configs, WIDTH)
     lowest = np.sort(scores)[:7]
     np.testing.assert_allclose([c["score"] for c in cands], lowest, rtol=1e-5, atol=1e-6)
     by_hash = {c.hash: s for c, s in zip(configs, scores, strict=True)}
@@ -272,7 +272,7 @@ def test_verify_falls_back_to_the_isolated_runner(cpu_model, tuned, monkeypatch,
     def died(*_args: object, **_kwargs: object) -> dict:
         raise CognateError("interleaved verify process died (signal 11)")
 
-    monkeypatch.setattr("cognate.search.interleaved_verify", died)
+    monkeypatch.setattr("cognate.targets.cpu.verify.interleaved_verify", died)
     args = [str(tuned), "--target", "cpu", "--width", str(WIDTH), "--model", str(cpu_model)]
     got = tune_json(
         [*args, "--top-k", "1", "--candidates", "200", "--verify", "--no-record"], capsys
@@ -375,7 +375,7 @@ def test_api_kernel_equals_scipy(cpu_model, tuned) -> None:
 
 
 def test_missing_shipped_model_is_one_line(tuned, tmp_path, monkeypatch, capsys) -> None:
-    monkeypatch.setattr("cognate.search.data_dir", lambda: tmp_path)
+    monkeypatch.setattr("cognate.model.cost_model.data_dir", lambda: tmp_path)
     code, out, err = run_cli(["tune", str(tuned), "--target", "spade"], capsys)
     assert code == 1 and out == ""
     assert len(err.strip().splitlines()) == 1

@@ -8,8 +8,9 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cognate.cli.options import TARGET
 from cognate.errors import CognateError
-from cognate.targets import KNOWN_TARGETS, OPS
+from cognate.targets import OPS
 
 
 def register(main: click.Group, data: click.Group) -> None:
@@ -31,7 +32,7 @@ def register(main: click.Group, data: click.Group) -> None:
     required=True,
     help="Record store with the target's records.",
 )
-@click.option("--target", type=click.Choice(KNOWN_TARGETS), required=True)
+@click.option("--target", type=TARGET, required=True)
 @click.option("--op", type=click.Choice(OPS), required=True)
 @click.option(
     "--matrices",
@@ -100,8 +101,8 @@ def finetune(
     matrices are picked with --seed, training early-stops on validation, and test is scored
     once. The model and everything about the run are written to -o.
     """
-    from cognate.cli.pretrain import load_runs  # torch and the model: only when run
     from cognate.model.train import save_checkpoint
+    from cognate.records import load_runs  # torch and the model: only when run
     from cognate.targets import get_target
     from cognate.transfer.finetune import FinetuneOptions
     from cognate.transfer.finetune import finetune as run_finetune

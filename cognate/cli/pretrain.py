@@ -10,58 +10,17 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from cognate.cli.options import TARGET
 from cognate.errors import CognateError
-from cognate.targets import KNOWN_TARGETS, OPS
+from cognate.records import load_record_matrix, load_runs  # noqa: F401 - re-exported
+from cognate.targets import OPS
 
 if TYPE_CHECKING:  # torch and pandas load only when a command runs: `cognate --help` stays fast
-    import pandas as pd
-
-    from cognate.matrix import Matrix
     from cognate.model.train import MatrixRuns
-    from cognate.space import Space
 
 
 def register(main: click.Group, data: click.Group) -> None:
     main.add_command(pretrain)
-
-
-def load_record_matrix(row: pd.Series) -> Matrix:
-    """Re-load a record's matrix from its source file and check it is the one measured."""
-    from cognate.dataset import local_source  # imported records name portable sources
-    from cognate.io import load_matrix
-
-    source = local_source(str(row["source"]))
-    if not source or not Path(source).is_file():
-        raise CognateError(
-            f"matrix {row['matrix']}: its source {source!r} is not a readable file "
-            "(re-fetch or regenerate it at that path)"
-        )
-    matrix = load_matrix(source)
-    if matrix.sha256 != row["matrix_sha256"]:
-        raise CognateError(f"{source}: the file changed since matrix {row['matrix']} was measured")
-    return matrix
-
-
-def load_runs(db: Path, space: Space) -> list[MatrixRuns]:
-    """The store's ok records for ``space`` (versions it accepts), grouped per matrix and width."""
-    from cognate.store import Store  # the store pulls in pandas/sqlite: only when needed
-
-    if not db.is_file():
-        raise CognateError(f"{db}: no such record store")
-    with Store(db, readonly=True) as store:
-        frame = store.frame(target=space.target, op=space.op, status="ok")
-    if frame.empty:
-        raise CognateError(f"{db}: no ok records for target {space.target}, op {space.op}")
-    current = frame[frame["space_version"].map(space.accepts_version)]
-    if current.empty:
-        versions = ", ".join(sorted(set(frame["space_version"])))
-        raise CognateError(
-            f"{db}: records of {space.name} are from space version(s) {versions}, "
-            f"not the current {space.version}; collect again"
-        )
-    from cognate.model.train import runs_from_frame
-
-    return runs_from_frame(current, space, load_record_matrix)
 
 
 def _progress_bar(console: Console) -> Progress:
@@ -77,7 +36,7 @@ def _progress_bar(console: Console) -> Progress:
 
 @click.command()
 @click.option("--db", "db", type=click.Path(path_type=Path), required=True, help="Record store.")
-@click.option("--target", type=click.Choice(KNOWN_TARGETS), required=True)
+@click.option("--target", type=TARGET, required=True)
 @click.option("--op", type=click.Choice(OPS), required=True)
 @click.option("--preset", default="waco", show_default=True, help="Preset of configs/model.yaml.")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the preset.")

@@ -14,7 +14,8 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from cognate.targets import KNOWN_TARGETS, OPS
+from cognate.cli.options import TARGET
+from cognate.targets import OPS
 
 
 def register(main: click.Group, data: click.Group) -> None:
@@ -92,7 +93,7 @@ def _print_summary(console: Console, result: Any) -> None:
 
 @click.command()
 @click.argument("matrix", type=click.Path(path_type=Path))
-@click.option("--target", type=click.Choice(KNOWN_TARGETS), default="cpu", show_default=True)
+@click.option("--target", type=TARGET, default="cpu", show_default=True)
 @click.option("--op", type=click.Choice(OPS), default="spmm", show_default=True)
 @click.option("--width", type=click.IntRange(1, 4096), default=64, show_default=True)
 @click.option(

@@ -29,9 +29,10 @@ import numpy as np
 import torch
 
 from cognate.errors import CognateError
-from cognate.evaluate.preset import ABLATIONS, ExperimentPreset
+from cognate.evaluate.preset import ABLATIONS, OTHER_OP, ExperimentPreset
+from cognate.model.cost_model import CostModel, LearnedModel
 from cognate.model.preset import ModelPreset, preset_from_dict
-from cognate.model.train import MatrixRuns, _Embedder, save_checkpoint, train
+from cognate.model.train import Embedder, MatrixRuns, save_checkpoint, train
 from cognate.space import Space
 from cognate.targets import get_target
 from cognate.transfer.autoencoder import transfer_settings
@@ -39,7 +40,6 @@ from cognate.transfer.finetune import (
     EmbeddingCache,
     FinetuneOptions,
     finetune,
-    load_transfer_model,
     split_target,
     transfer_encoder,
 )
@@ -67,7 +67,7 @@ def snapshot_db(source: Path, dest: Path) -> Path:
 
 
 def load_op_runs(db: Path, space: Space) -> list[MatrixRuns]:
-    from cognate.cli.pretrain import load_runs  # the store's grouping, shared with pretrain
+    from cognate.records import load_runs  # the store's grouping, shared with pretrain
 
     return load_runs(db, space)
 
@@ -218,18 +218,24 @@ def shortfalls(
 
 
 def _source(db: Path, preset: ExperimentPreset, op: str, log: Log) -> tuple[str, Space, list]:
-    if preset.source == "cpu":
-        space = get_target("cpu").space(op)
+    """The pretraining records: the source target's records of ``op``, else (stand-in or
+    fallback) the evaluated target's other op."""
+    if preset.source != OTHER_OP:
+        space = get_target(preset.source).space(op)
         try:
-            return f"cpu {op}", space, load_op_runs(db, space)
+            return f"{preset.source} {op}", space, load_op_runs(db, space)
         except CognateError as err:
             if preset.source_fallback == "none":
-                raise CognateError(f"no cpu {op} source records: {err}") from None
-            log(f"no cpu {op} records ({err}); source falls back to {preset.target}'s other op")
+                raise CognateError(f"no {preset.source} {op} source records: {err}") from None
+            log(
+                f"no {preset.source} {op} records ({err}); source falls back to "
+                f"{preset.target}'s other op"
+            )
     other = "sddmm" if op == "spmm" else "spmm"
     space = get_target(preset.target).space(other)
+    why = f": no {preset.source} records" if preset.source != OTHER_OP else ""
     return (
-        f"{preset.target} {other} (stand-in source: no cpu records)",
+        f"{preset.target} {other} (stand-in source{why})",
         space,
         load_op_runs(db, space),
     )
@@ -321,16 +327,16 @@ def score_test(
     path: Path, space: Space, runs: Sequence[MatrixRuns], cache: EmbeddingCache | None = None
 ) -> dict[str, dict[str, float]]:
     """Per test matrix: speedup over the baseline config of top-1, best of top-5, oracle."""
-    model, encoder, meta = load_transfer_model(path, space)
-    frozen = meta["transfer"]["options"]["freeze_featurizer"]
+    model = CostModel.load(path, space)
+    if not isinstance(model, LearnedModel) or not model.transferred:
+        raise CognateError(f"{path}: not a fine-tuned model (no transfer metadata)")
+    frozen = model.metadata["transfer"]["options"]["freeze_featurizer"]
     # the backend training used; a frozen featurizer's embeddings may come from the cache
-    embeddings = (cache.embeddings if cache and frozen else _embed_all)(model, runs)
+    embeddings = (cache.embeddings if cache and frozen else _embed_all)(model.network, runs)
     scores = {}
     for run in runs:
-        features = encoder.encode(run.configs, run.matrix.shape, run.width)
-        order = np.argsort(
-            model.score(embeddings[run.key], run.width, features).numpy(), kind="stable"
-        )
+        features = model.encode(run.configs, run.matrix.shape, run.width)
+        order = np.argsort(model.score(embeddings[run.key], features, run.width), kind="stable")
         base = run.runtimes[run.baseline]
         scores[run.matrix.name] = {
             "top1": float(base / run.runtimes[order[0]]),
@@ -341,7 +347,7 @@ def score_test(
 
 
 def _embed_all(model: Any, runs: Sequence[MatrixRuns]) -> dict[str, torch.Tensor]:
-    return _Embedder(model).all(runs)
+    return Embedder(model).all(runs)
 
 
 def random_pick(runs: Sequence[MatrixRuns]) -> dict[str, float]:

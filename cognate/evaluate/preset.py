@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cognate.errors import CognateError
 from cognate.paths import configs_dir
+from cognate.targets import is_target, target_names
+
+OTHER_OP = "other-op"  # source: the target's own other op stands in for a source target
 
 ABLATIONS: dict[str, dict[str, Any]] = {
     "random mapper": {"mapper": "random"},
@@ -39,13 +42,14 @@ class SelectSpec(_Strict):
 
 class ExperimentPreset(_Strict):
     name: str
-    target: Literal["spade", "gpu"] = "spade"
+    # Names of registered targets (validated below); the defaults are the paper's setting.
+    target: str = "spade"
     ops: list[Literal["spmm", "sddmm"]] = Field(min_length=1)
     seeds: list[int] = Field(min_length=3)
     split_seed: int = Field(0, ge=0)
     val_fraction: float = Field(0.2, gt=0, lt=0.5)
     test_fraction: float = Field(0.25, gt=0, lt=0.5)
-    source: Literal["cpu", "other-op"] = "cpu"
+    source: str = "cpu"  # a target's name, or OTHER_OP: the target's other op
     source_fallback: Literal["other-op", "none"] = "none"
     pretrain_epochs: int = Field(10, ge=1)
     model: dict[str, Any] | None = None  # None: configs/transfer.yaml's experiment preset
@@ -75,6 +79,10 @@ class ExperimentPreset(_Strict):
             raise ValueError(f"unknown ablations {sorted(unknown)}; expected {list(ABLATIONS)}")
         if len(set(self.seeds)) != len(self.seeds) or min(self.matrices) < 1:
             raise ValueError("seeds must be distinct and matrices positive")
+        if not is_target(self.target):
+            raise ValueError(f"unknown target {self.target!r}; expected one of {target_names()}")
+        if self.source != OTHER_OP and not is_target(self.source):
+            raise ValueError(f"unknown source {self.source!r}: a target's name or {OTHER_OP!r}")
 
 
 def experiments_dir() -> Path:

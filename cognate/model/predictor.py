@@ -20,7 +20,7 @@ from cognate.model.featurizer import LOG_SCALE, Featurizer, mlp
 from cognate.model.preset import ModelPreset
 
 
-class CostModel(nn.Module):
+class RankingNetwork(nn.Module):
     """score(matrix, width, config) = MLP([embedding || log2 width || normalised encoding]).
 
     ``config_mean`` / ``config_std`` are the encoding's normalisation statistics, computed

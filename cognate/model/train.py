@@ -13,8 +13,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +29,11 @@ from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.model.encoding import ConfigEncoder, make_encoder
 from cognate.model.featurizer import matrix_points, matrix_scalars
-from cognate.model.predictor import CostModel, pairwise_accuracy, ranking_loss
+from cognate.model.predictor import RankingNetwork, pairwise_accuracy, ranking_loss
 from cognate.model.preset import ModelPreset, preset_from_dict
 from cognate.model.sparseconv import KernelMap, PointSet
 from cognate.space import Space
+from cognate.util import atomic_write
 
 CHECKPOINT_FORMAT = 1
 
@@ -113,7 +112,7 @@ def _geomean(values: list[float]) -> float:
 
 @torch.no_grad()
 def evaluate(
-    model: CostModel,
+    model: RankingNetwork,
     runs: Sequence[MatrixRuns],
     embeddings: dict[str, torch.Tensor] | None = None,
 ) -> dict[str, float]:
@@ -154,7 +153,7 @@ def evaluate(
 
 @dataclass
 class TrainResult:
-    model: CostModel
+    model: RankingNetwork
     metadata: dict[str, Any]
 
 
@@ -162,7 +161,7 @@ class TrainResult:
 ProgressFn = Callable[[int, int, int, dict[str, float] | None], None]
 
 
-def _encode_all(runs: Sequence[MatrixRuns], encoder: ConfigEncoder) -> None:
+def encode_all(runs: Sequence[MatrixRuns], encoder: ConfigEncoder) -> None:
     for run in runs:
         if run.features is None:
             run.features = encoder.encode(run.configs, run.matrix.shape, run.width)
@@ -186,19 +185,19 @@ def train(
     if len({r.key for r in runs}) < 2:
         raise CognateError("training needs measured configs of at least 2 matrices")
     encoder = encoder or make_encoder(space)
-    _encode_all(runs, encoder)
+    encode_all(runs, encoder)
     train_keys, val_keys = split_matrices([r.key for r in runs], preset.train.val_fraction, seed)
     train_runs = [r for r in runs if r.key in set(train_keys)]
     val_runs = [r for r in runs if r.key in set(val_keys)]
 
     torch.manual_seed(seed)
-    model = CostModel(preset, encoder.dim)
+    model = RankingNetwork(preset, encoder.dim)
     model.set_normalisation(torch.cat([r.features for r in train_runs]))
-    history = _fit(model, train_runs, val_runs, seed, progress)
+    history = fit(model, train_runs, val_runs, seed, progress)
     best = max(history[1:], key=lambda h: _metric(h, preset))
     names = {r.key: r.matrix.name for r in runs}
     metadata = {
-        **_checkpoint_metadata(model, space, encoder, seed),
+        **checkpoint_metadata(model, space, encoder, seed),
         "split": {
             "seed": seed,
             "train": [{"sha256": k, "name": names[k]} for k in train_keys],
@@ -212,13 +211,13 @@ def train(
 
 
 def _score_held_out(
-    model: CostModel, held_out: Sequence[MatrixRuns], encoder: ConfigEncoder, metadata: dict
+    model: RankingNetwork, held_out: Sequence[MatrixRuns], encoder: ConfigEncoder, metadata: dict
 ) -> None:
     if {r.key for r in held_out} & {
         m["sha256"] for part in ("train", "validation") for m in metadata["split"][part]
     }:
         raise CognateError("held-out matrices must not be among the training runs")
-    _encode_all(held_out, encoder)
+    encode_all(held_out, encoder)
     model.eval()
     with torch.no_grad():
         metrics = evaluate(model, held_out)
@@ -227,8 +226,8 @@ def _score_held_out(
     metadata["metrics"]["test"] = metrics
 
 
-def _checkpoint_metadata(
-    model: CostModel, space: Space, encoder: ConfigEncoder, seed: int
+def checkpoint_metadata(
+    model: RankingNetwork, space: Space, encoder: ConfigEncoder, seed: int
 ) -> dict[str, Any]:
     """The metadata every checkpoint carries (pretrained or fine-tuned): what loading needs
     to rebuild the model and its encoder, and to refuse another space."""
@@ -253,7 +252,7 @@ def _metric(entry: dict[str, float], preset: ModelPreset) -> float:
     return -math.inf if math.isnan(value) else value
 
 
-class _Embedder:
+class Embedder:
     """Embeds training matrices, keeping each one's kernel maps while they fit a budget.
 
     The maps depend only on the matrix, so recomputing them every step would redo the
@@ -261,7 +260,7 @@ class _Embedder:
     a plan it is the same arithmetic as MinkowskiEngine, and differentiable.
     """
 
-    def __init__(self, model: CostModel, budget_pairs: int = 50_000_000) -> None:
+    def __init__(self, model: RankingNetwork, budget_pairs: int = 50_000_000) -> None:
         self.model, self.budget = model, budget_pairs
         self.plans: dict[str, tuple[PointSet, list[KernelMap]]] = {}
 
@@ -282,8 +281,8 @@ class _Embedder:
             return {r.key: self(r) for r in runs}
 
 
-def _fit(
-    model: CostModel,
+def fit(
+    model: RankingNetwork,
     train_runs: Sequence[MatrixRuns],
     val_runs: Sequence[MatrixRuns],
     seed: int,
@@ -298,7 +297,7 @@ def _fit(
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.Adam(params, lr=spec.lr, weight_decay=spec.weight_decay)
     rng = np.random.default_rng(seed)
-    embedder = _Embedder(model)
+    embedder = Embedder(model)
     # A frozen featurizer gives the same embedding every step: compute each once.
     frozen = embedder.all if trainable or frozen_embeddings is None else frozen_embeddings
     train_cache = {} if trainable else frozen(train_runs)
@@ -336,10 +335,10 @@ def _fit(
 
 
 def _step_loss(
-    model: CostModel,
+    model: RankingNetwork,
     run: MatrixRuns,
     cache: dict[str, torch.Tensor],
-    embedder: _Embedder,
+    embedder: Embedder,
     rng: np.random.Generator,
 ) -> torch.Tensor:
     spec = model.preset.train
@@ -359,27 +358,11 @@ def _step_loss(
 # --- checkpoints ---------------------------------------------------------------------------
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that a reader never sees half a file. The temp file is
-    unique (mkstemp) in the same directory, so concurrent writers of one path don't collide
-    and os.replace stays a same-filesystem rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0o600; a model file is meant to be shared
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def save_checkpoint(path: str | Path, model: CostModel, metadata: dict[str, Any]) -> Path:
+def save_checkpoint(path: str | Path, model: RankingNetwork, metadata: dict[str, Any]) -> Path:
     """Weights as safetensors; the metadata as JSON in the file's own metadata block."""
     path = Path(path).expanduser()
     tensors = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
-    _atomic_write(path, save(tensors, metadata={"cognate": json.dumps(metadata)}))
+    atomic_write(path, save(tensors, metadata={"cognate": json.dumps(metadata)}))
     return path
 
 
@@ -425,7 +408,7 @@ def _check_metadata_fields(path: str | Path, meta: dict[str, Any]) -> None:
             )
 
 
-def _check_space(path: str | Path, meta: dict[str, Any], space: Space) -> None:
+def check_space(path: str | Path, meta: dict[str, Any], space: Space) -> None:
     """A model is only valid for the space (name and version) it was trained for."""
     trained = meta["space"]
     if (trained["name"], trained["version"]) != (space.name, space.version):
@@ -437,8 +420,8 @@ def _check_space(path: str | Path, meta: dict[str, Any], space: Space) -> None:
         )
 
 
-def _new_model(path: str | Path, meta: dict[str, Any], encoder_dim: int) -> CostModel:
-    """An untrained model of the checkpoint's preset, for weights read by ``_load_weights``;
+def new_network(path: str | Path, meta: dict[str, Any], encoder_dim: int) -> RankingNetwork:
+    """An untrained model of the checkpoint's preset, for weights read by ``load_weights``;
     ``encoder_dim`` is the width of the encoder rebuilt here, which must be the trained one."""
     if encoder_dim != meta["encoder"]["dim"]:
         raise CognateError(f"{path}: encoder width {meta['encoder']['dim']} != {encoder_dim} here")
@@ -451,7 +434,7 @@ def _new_model(path: str | Path, meta: dict[str, Any], encoder_dim: int) -> Cost
     # Sized on the meta device first (no memory): metadata claiming a huge layer is refused
     # before anything is allocated, since the weights it needs cannot be in the file.
     with torch.device("meta"):
-        shape_only = CostModel(preset, encoder_dim)
+        shape_only = RankingNetwork(preset, encoder_dim)
     needed = sum(t.numel() * t.element_size() for t in shape_only.state_dict().values())
     size = Path(path).stat().st_size
     if needed > size:
@@ -459,10 +442,10 @@ def _new_model(path: str | Path, meta: dict[str, Any], encoder_dim: int) -> Cost
             f"{path}: metadata describes a model of {needed} bytes of weights, "
             f"but the file has only {size} bytes"
         )
-    return CostModel(preset, encoder_dim)
+    return RankingNetwork(preset, encoder_dim)
 
 
-def _load_weights(path: str | Path, model: CostModel) -> None:
+def load_weights(path: str | Path, model: RankingNetwork) -> None:
     """Load the checkpoint's tensors into ``model`` (strict), then switch it to eval."""
     try:
         with safe_open(str(path), framework="pt") as f:
@@ -480,11 +463,11 @@ def _load_weights(path: str | Path, model: CostModel) -> None:
 
 def load_checkpoint(
     path: str | Path, space: Space
-) -> tuple[CostModel, ConfigEncoder, dict[str, Any]]:
+) -> tuple[RankingNetwork, ConfigEncoder, dict[str, Any]]:
     """Load a model for ``space``; a model trained on another space or version is an error."""
     meta = read_metadata(path)
-    _check_space(path, meta, space)
+    check_space(path, meta, space)
     encoder = make_encoder(space, meta["encoder"]["kind"].split("+", 1)[1])
-    model = _new_model(path, meta, encoder.dim)
-    _load_weights(path, model)
+    model = new_network(path, meta, encoder.dim)
+    load_weights(path, model)
     return model, encoder, meta

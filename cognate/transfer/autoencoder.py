@@ -183,9 +183,9 @@ def ae_file_bytes(model: KnobAutoencoder, codebook: Codebook, space: Space) -> b
 
 
 def _save(path: Path, model: KnobAutoencoder, codebook: Codebook, space: Space) -> None:
-    from cognate.model.train import _atomic_write  # train imports the encoders: no cycle
+    from cognate.util import atomic_write
 
-    _atomic_write(path, ae_file_bytes(model, codebook, space))
+    atomic_write(path, ae_file_bytes(model, codebook, space))
 
 
 def _load(path: Path, settings: AESettings) -> tuple[KnobAutoencoder, Codebook]:

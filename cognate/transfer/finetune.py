@@ -37,20 +37,19 @@ from safetensors.torch import load_file, save_file
 
 from cognate.errors import CognateError
 from cognate.model.encoding import ConcatEncoder, make_encoder
-from cognate.model.predictor import CostModel
+from cognate.model.predictor import RankingNetwork
 from cognate.model.preset import ModelPreset
 from cognate.model.train import (
+    Embedder,
     MatrixRuns,
     ProgressFn,
-    _check_space,
-    _checkpoint_metadata,
-    _Embedder,
-    _encode_all,
-    _fit,
-    _load_weights,
-    _new_model,
+    check_space,
+    checkpoint_metadata,
+    encode_all,
     evaluate,
-    load_checkpoint,
+    fit,
+    load_weights,
+    new_network,
     read_metadata,
     split_matrices,
 )
@@ -149,7 +148,7 @@ class EmbeddingCache:
     evaluation runs hundreds of fine-tunes over a few featurizers (the pretrained one, one
     random initialisation per seed for target-only). Embedding is most of a fine-tune's time.
     Kept in memory, and in ``directory`` (one safetensors file per featurizer) when given.
-    Entries are computed exactly as training computes them (``_Embedder``), so a hit is
+    Entries are computed exactly as training computes them (``Embedder``), so a hit is
     bit-identical to a recomputation.
     """
 
@@ -159,13 +158,15 @@ class EmbeddingCache:
         self.hits = 0
         self.misses = 0
 
-    def embeddings(self, model: CostModel, runs: Sequence[MatrixRuns]) -> dict[str, torch.Tensor]:
+    def embeddings(
+        self, model: RankingNetwork, runs: Sequence[MatrixRuns]
+    ) -> dict[str, torch.Tensor]:
         """{run key: embedding} of ``runs`` under ``model``'s featurizer as it is now."""
         weights = featurizer_sha256(model)
         known = self._known(weights)
         missing = [r for r in runs if r.key not in known]
         if missing:
-            known.update(_Embedder(model).all(missing))
+            known.update(Embedder(model).all(missing))
             self._save(weights, known)
         self.misses += len({r.key for r in missing})
         self.hits += len({r.key for r in runs}) - len({r.key for r in missing})
@@ -191,7 +192,7 @@ class EmbeddingCache:
         os.replace(tmp, path)
 
 
-def featurizer_sha256(model: CostModel) -> str:
+def featurizer_sha256(model: RankingNetwork) -> str:
     """Hash of the featurizer's architecture and current weights (16 hex)."""
     h = hashlib.sha256(json.dumps(model.preset.featurizer.model_dump(), sort_keys=True).encode())
     for name, tensor in sorted(model.featurizer.state_dict().items()):
@@ -200,12 +201,12 @@ def featurizer_sha256(model: CostModel) -> str:
     return h.hexdigest()[:16]
 
 
-def _first_layer(model: CostModel) -> torch.nn.Linear:
+def _first_layer(model: RankingNetwork) -> torch.nn.Linear:
     return model.predictor[0]
 
 
 def _transfer_weights(
-    source: CostModel, target: CostModel, source_p_stats: bool, same_space: bool
+    source: RankingNetwork, target: RankingNetwork, source_p_stats: bool, same_space: bool
 ) -> dict[str, Any]:
     """Copy the source's weights into ``target`` by slot; returns what was copied."""
     state = {k: v for k, v in source.state_dict().items() if not k.startswith("config_")}
@@ -236,7 +237,7 @@ def _preset_for(preset: ModelPreset, opts: FinetuneOptions) -> ModelPreset:
 
 @dataclass
 class FinetuneResult:
-    model: CostModel
+    model: RankingNetwork
     encoder: ConcatEncoder
     metadata: dict[str, Any]
 
@@ -245,13 +246,14 @@ def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def load_pretrained(path: Path) -> tuple[CostModel, dict[str, Any]]:
+def load_pretrained(path: Path) -> tuple[RankingNetwork, dict[str, Any]]:
     """A pretrained model of any target (its own space must still be current)."""
+    from cognate.model.cost_model import LearnedModel
+
     meta = read_metadata(path)
     source_space = get_target(meta["target"]).space(meta["op"])
-    load = load_transfer_model if "transfer" in meta else load_checkpoint
-    model, _, meta = load(path, source_space)
-    return model, meta
+    model = LearnedModel.load_file(Path(path), source_space)
+    return model.network, model.metadata
 
 
 @dataclass
@@ -295,23 +297,23 @@ def _prepare(
     )
     for run in runs:
         run.features = None  # encodings of another encoder must not leak in
-    _encode_all([*data.fit, *data.val, *data.test], encoder)
+    encode_all([*data.fit, *data.val, *data.test], encoder)
     return data
 
 
 def _fit_best(
-    source: CostModel,
+    source: RankingNetwork,
     data: _TargetData,
     opts: FinetuneOptions,
     progress: ProgressFn | None,
     cache: EmbeddingCache | None = None,
     same_space: bool = False,
-) -> tuple[CostModel, dict[str, Any], list[dict[str, float]], dict[str, float]]:
+) -> tuple[RankingNetwork, dict[str, Any], list[dict[str, float]], dict[str, float]]:
     """Build the target model, carry the source's weights over, fine-tune, keep the best
     validation epoch. Returns (model, copied, history, best)."""
     torch.manual_seed(opts.seed)
     preset = _preset_for(source.preset, opts)
-    model = CostModel(preset, data.encoder.dim)
+    model = RankingNetwork(preset, data.encoder.dim)
     model.set_normalisation(torch.cat([r.features for r in data.fit]))
     copied: dict[str, Any] = {}
     if not opts.from_scratch:
@@ -322,8 +324,8 @@ def _fit_best(
         model.eval()
         history = [{"epoch": 0, **evaluate(model, data.val, embed(data.val))}]
     else:
-        history = _fit(model, data.fit, data.val, opts.seed, progress, embed)
-    # _fit keeps its best epoch >= 1; a transferred model may also stop at epoch 0 (no
+        history = fit(model, data.fit, data.val, opts.seed, progress, embed)
+    # fit keeps its best epoch >= 1; a transferred model may also stop at epoch 0 (no
     # step taken) when no fine-tuning epoch beats the pretrained model on validation.
     may_stop_at_0 = opts.zero_shot or not opts.from_scratch
     scored = history if may_stop_at_0 else history[1:]
@@ -337,22 +339,22 @@ def _fit_best(
 Embeddings = Callable[[Sequence[MatrixRuns]], dict[str, torch.Tensor]]
 
 
-def _source_embeddings(source: CostModel, cache: EmbeddingCache | None) -> Embeddings:
+def _source_embeddings(source: RankingNetwork, cache: EmbeddingCache | None) -> Embeddings:
     """runs -> {key: embedding} under the pretrained featurizer (what active selection uses)."""
     if cache is not None:
         return lambda runs: cache.embeddings(source, runs)
-    return lambda runs: _Embedder(source).all(runs)
+    return lambda runs: Embedder(source).all(runs)
 
 
 def _frozen_embeddings(
-    model: CostModel, opts: FinetuneOptions, cache: EmbeddingCache | None
+    model: RankingNetwork, opts: FinetuneOptions, cache: EmbeddingCache | None
 ) -> Embeddings:
     """runs -> {key: embedding}: from ``cache`` while the featurizer stays frozen, else
     computed (the torch backend, as in training: MinkowskiEngine's threads crawl on shared
     cores)."""
     if cache is not None and opts.freeze_featurizer:
         return lambda runs: cache.embeddings(model, runs)
-    return lambda runs: _Embedder(model).all(runs)
+    return lambda runs: Embedder(model).all(runs)
 
 
 def finetune(
@@ -381,7 +383,7 @@ def finetune(
         "source": _source_record(Path(pretrained), source_meta),
     }
     metadata = {
-        **_checkpoint_metadata(model, space, data.encoder, opts.seed),
+        **checkpoint_metadata(model, space, data.encoder, opts.seed),
         "transfer": transfer,
         "split": {"seed": opts.split_seed, **_named_keys(data)},
         "metrics": {
@@ -413,7 +415,7 @@ def _source_record(pretrained: Path, source_meta: dict[str, Any]) -> dict[str, A
     }
 
 
-def _ship_autoencoder(model: CostModel, encoder: ConcatEncoder) -> dict[str, Any]:
+def _ship_autoencoder(model: RankingNetwork, encoder: ConcatEncoder) -> dict[str, Any]:
     """Attach the autoencoder to ``model`` (its weights are saved under ``ae.``) and return
     the metadata that rebuilds it: without them a model loaded on another machine would
     silently encode with whatever autoencoder that machine's cache holds or retrains."""
@@ -435,7 +437,7 @@ def _finite(value: float) -> float:
 
 def load_transfer_model(
     path: str | Path, space: Space
-) -> tuple[CostModel, ConcatEncoder, dict[str, Any]]:
+) -> tuple[RankingNetwork, ConcatEncoder, dict[str, Any]]:
     """Load a fine-tuned model with the encoder it was trained with (mapper and latent).
 
     The autoencoder comes from the file itself when it ships one; an older file without
@@ -443,7 +445,7 @@ def load_transfer_model(
     meta = read_metadata(path)
     if "transfer" not in meta:
         raise CognateError(f"{path}: not a fine-tuned model (no transfer metadata)")
-    _check_space(path, meta, space)
+    check_space(path, meta, space)
     transfer = meta["transfer"]
     if transfer.get("autoencoder"):
         model, encoder = _load_shipped(path, meta, space)
@@ -451,14 +453,14 @@ def load_transfer_model(
         opts = transfer["options"]
         encoder = transfer_encoder(space, opts["mapper"], opts["latent"], opts["seed"])
         _check_autoencoder(path, transfer, encoder)
-        model = _new_model(path, meta, encoder.dim)
-        _load_weights(path, model)
+        model = new_network(path, meta, encoder.dim)
+        load_weights(path, model)
     return model, encoder, meta
 
 
 def _load_shipped(
     path: str | Path, meta: dict[str, Any], space: Space
-) -> tuple[CostModel, ConcatEncoder]:
+) -> tuple[RankingNetwork, ConcatEncoder]:
     """Model and encoder of a file that ships its autoencoder (weights ``ae.*``)."""
     opts, shipped = meta["transfer"]["options"], meta["transfer"]["autoencoder"]
     try:
@@ -468,9 +470,9 @@ def _load_shipped(
         raise CognateError(f"{path}: corrupt autoencoder metadata: {err}") from None
     ae = KnobAutoencoder(codebook.sizes, settings.latent, settings.hidden)
     homogeneous = homogeneous_encoder(space, opts["mapper"], opts["seed"])
-    model = _new_model(path, meta, homogeneous.dim + settings.latent)
+    model = new_network(path, meta, homogeneous.dim + settings.latent)
     model.add_module(AE_PREFIX, ae)
-    _load_weights(path, model)  # the autoencoder's weights too, strictly
+    load_weights(path, model)  # the autoencoder's weights too, strictly
     encoder = ConcatEncoder(
         [homogeneous, AutoencoderEncoder.embedded(space, settings, ae, codebook)]
     )

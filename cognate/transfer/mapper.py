@@ -4,9 +4,9 @@ The image of a config is a ``LoopNest``: strip sizes I (rows), K (sparse columns
 reduction), J (dense columns / SDDMM sparse columns) and a loop order over
 ``i1 i0 k1 k0 j1 j0`` (outermost first). A model pretrained on cpu records reads the
 target's configs through this image (the homogeneous part p of the encoding), so the
-mapping decides what transfers. Each target's mapper is its ``Space.loop_nest``; the
-functions below state the mapping (their docstrings are the specification, the tests
-pin it with a table) and check that the space they are given is that target's.
+mapping decides what transfers. Each target's mapper is its ``Space.loop_nest`` (its
+docstring there is the specification; the tests pin each with a table), so a new target
+brings its mapping with its space and nothing here changes.
 
 Ablations (issue 6), each selected by name in ``homogeneous_encoder``:
 - ``cognate``: the mapping below;
@@ -34,53 +34,13 @@ MAPPERS: tuple[str, ...] = ("cognate", "none", "random")
 HOMOGENEOUS_DIM = LoopNestEncoder.dim  # 3 log2 strips + the 6 x 6 order matrix
 
 
-def _check_target(space: Space, target: str) -> None:
-    if space.target != target:
-        raise CognateError(f"the {target} mapper got a config space of target {space.target}")
-
-
-def map_cpu(space: Space, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
-    """cpu: the identity. I = isplit, K = ksplit, J = jsplit, the order as written."""
-    _check_target(space, "cpu")
-    return space.loop_nest(config, shape, width)
-
-
-def map_spade(space: Space, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
-    """spade, both ops (matrix rows x cols = shape, dense width N = width):
-
-    - I = min(rp, rows): a row panel is a strip of rows, the unit dealt to one PE;
-    - K = min(cp, cols), cp = all -> K = cols: a column panel is a strip of A's columns
-      (SpMM: the rows of B one tile touches, the reuse the caches see);
-    - J = ceil(N / split): one pass over a tile covers that many dense columns;
-    - barrier -> ``k1 i1 i0 k0 j1 j0``: all PEs finish column-panel group g before any
-      starts g + 1, i.e. the column-panel loop is outermost;
-      no barrier -> ``i1 k1 i0 k0 j1 j0``: each PE walks its row panel's tiles in turn.
-    - bypass and sched have no loop meaning: they are the heterogeneous knobs.
-    """
-    _check_target(space, "spade")
-    return space.loop_nest(config, shape, width)
-
-
-def map_gpu(space: Space, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
-    """gpu (Triton): rows_per_program -> I; SpMM: dense_tile -> J, nnz_step -> K, order
-    ``i1 j1 i0 k1 k0 j0``; SDDMM: nnz_step -> J, dense_tile -> K, order
-    ``i1 i0 j1 k1 j0 k0``. Strips are clamped to their extents (rows, width, cols); a level
-    the kernel lacks is a unit loop next to its partner: one row per program puts i0 right
-    after i1, a dense tile covering the width puts j1 (SpMM) / k1 (SDDMM) right before its
-    inner loop. split, reorder, num_warps, num_stages are the heterogeneous knobs.
-    """
-    _check_target(space, "gpu")
-    return space.loop_nest(config, shape, width)
-
-
 Mapper = Callable[[Space, Config, tuple[int, int], int], LoopNest]
-MAPPER_BY_TARGET: dict[str, Mapper] = {"cpu": map_cpu, "spade": map_spade, "gpu": map_gpu}
 
 
-def mapper_for(target: str) -> Mapper:
-    if target not in MAPPER_BY_TARGET:
-        raise CognateError(f"no config mapper for target {target!r}")
-    return MAPPER_BY_TARGET[target]
+def map_config(space: Space, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
+    """A config's image in the cpu loop vocabulary: its own space's ``loop_nest``, whose
+    docstring in cognate/targets/<name>/space.py is that target's mapping specification."""
+    return space.loop_nest(config, shape, width)
 
 
 class MappedEncoder(ConfigEncoder):
@@ -91,7 +51,7 @@ class MappedEncoder(ConfigEncoder):
 
     def __init__(self, space: Space) -> None:
         self.space = space
-        self.mapper = mapper_for(space.target)
+        self.mapper: Mapper = map_config
 
     def image(self, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
         return self.mapper(self.space, config, shape, width)

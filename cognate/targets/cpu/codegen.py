@@ -23,6 +23,7 @@ from typing import Any
 from cognate.build import compile_c
 from cognate.errors import CognateError
 from cognate.paths import kernels_dir
+from cognate.targets.cpu import MAX_WIDTH
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,7 @@ def _knob_splits(op: str) -> dict[str, str]:
     return {var: f"{var}split" for var in OP_LOOPS[op].sparse}
 
 
-MAX_SPECIALISED_WIDTH = 4096
+MAX_SPECIALISED_WIDTH = MAX_WIDTH  # one number: the target's max_width
 
 
 def _checked_width(width: Any) -> int | None:

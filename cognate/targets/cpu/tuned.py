@@ -237,3 +237,27 @@ def _read_only(array: np.ndarray) -> np.ndarray:
     view = array.view()
     view.flags.writeable = False
     return view
+
+
+class ScheduleKernel:
+    """A cpu schedule of one matrix for any dense width: ``self(*operands, out=None)``.
+
+    A is packed and the kernel compiled (a ``TunedKernel``) on the first call at a width,
+    and reused for every later call at that width."""
+
+    def __init__(self, matrix: Matrix, op: str, config: Config) -> None:
+        self.matrix, self.op, self.config = matrix, op, config
+        self._by_width: dict[int, TunedKernel] = {}
+
+    def __call__(self, *operands: Any, out: Any = None) -> Any:
+        shape = getattr(operands[0], "shape", None) if operands else None
+        kernel = self._by_width.get(shape[1]) if shape is not None and len(shape) == 2 else None
+        if kernel is None:  # first call at this width: pack and compile
+            arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
+            width = check_operands(self.op, self.matrix.shape, arrays)
+            kernel = self._by_width.get(width)
+            if kernel is None:
+                kernel = self._by_width[width] = TunedKernel(
+                    self.matrix, self.op, self.config, arrays
+                )
+        return kernel(*operands, out=out)

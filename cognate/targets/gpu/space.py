@@ -172,6 +172,14 @@ class GpuSpace(Space):
         return self.all_configs()
 
     def loop_nest(self, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
+        """The config mapper into the cpu loop vocabulary (Triton): rows_per_program -> I;
+        SpMM: dense_tile -> J, nnz_step -> K, order ``i1 j1 i0 k1 k0 j0``; SDDMM: nnz_step
+        -> J, dense_tile -> K, order ``i1 i0 j1 k1 j0 k0``. Strips are clamped to their
+        extents (rows, width, cols); a level the kernel lacks is a unit loop next to its
+        partner: one row per program puts i0 right after i1, a dense tile covering the width
+        puts j1 (SpMM) / k1 (SDDMM) right before its inner loop. split, reorder, num_warps,
+        num_stages are the heterogeneous knobs.
+        """
         rows, cols = shape
         i_split = max(1, min(int(config["rows_per_program"]), rows))
         step = max(1, min(int(config["nnz_step"]), cols))
@@ -217,3 +225,10 @@ def _reinsert(order: list[str], loop: str, *, after: str = "", before: str = "")
     order.remove(loop)
     index = order.index(after) + 1 if after else order.index(before)
     order.insert(index, loop)
+
+
+def map_gpu(space: Space, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
+    """``GpuSpace.loop_nest`` (the gpu mapping), refusing another target's space."""
+    if space.target != "gpu":
+        raise CognateError(f"the gpu mapper got a config space of target {space.target}")
+    return space.loop_nest(config, shape, width)

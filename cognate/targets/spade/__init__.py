@@ -1,4 +1,4 @@
-"""The spade target: a simulated SPADE-like sparse accelerator (DESIGN 4.2).
+"""The spade target: a simulated SPADE-like sparse accelerator (docs/architecture.md).
 
 Simulations are deterministic and CPU-bound, so they may share the machine
 (``exclusive=False``): a collector can run many at once.
@@ -6,12 +6,35 @@ Simulations are deterministic and CPU-bound, so they may share the machine
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from cognate.config import Config
 from cognate.targets import Target
 
 from .runner import SpadeRunner
 from .space import SpadeSpace
 
-TARGET = Target(
+
+@dataclass(frozen=True)
+class SpadeTarget(Target):
+    def artifacts(
+        self, op: str, width: int, config: Config, info: dict[str, Any]
+    ) -> list[tuple[str, str]]:
+        """The simulator configuration (the machine and the chosen schedule) as YAML."""
+        import yaml
+
+        from cognate.targets.spade.simulator import load_machine
+
+        space = SpadeSpace(op)
+        machine = load_machine(space.machine_name).model_dump(mode="json")
+        schedule = dataclasses.asdict(space.schedule(config))
+        doc = {**info, "schedule": schedule, "machine": machine}
+        return [(".yaml", yaml.safe_dump(doc, sort_keys=False))]
+
+
+TARGET = SpadeTarget(
     "spade",
     make_space=SpadeSpace,
     make_runner=SpadeRunner,
@@ -19,4 +42,4 @@ TARGET = Target(
     exclusive=False,
 )
 
-__all__ = ["TARGET", "SpadeRunner", "SpadeSpace"]
+__all__ = ["TARGET", "SpadeRunner", "SpadeSpace", "SpadeTarget"]

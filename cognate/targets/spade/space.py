@@ -111,6 +111,18 @@ class SpadeSpace(Space):
         )
 
     def loop_nest(self, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
+        """The config mapper into the cpu loop vocabulary, both ops (matrix rows x cols =
+        shape, dense width N = width):
+
+        - I = min(rp, rows): a row panel is a strip of rows, the unit dealt to one PE;
+        - K = min(cp, cols), cp = all -> K = cols: a column panel is a strip of A's columns
+          (SpMM: the rows of B one tile touches, the reuse the caches see);
+        - J = ceil(N / split): one pass over a tile covers that many dense columns;
+        - barrier -> ``k1 i1 i0 k0 j1 j0``: all PEs finish column-panel group g before any
+          starts g + 1, i.e. the column-panel loop is outermost;
+          no barrier -> ``i1 k1 i0 k0 j1 j0``: each PE walks its row panel's tiles in turn.
+        - bypass and sched have no loop meaning: they are the heterogeneous knobs.
+        """
         s = self.schedule(config)
         nrows, ncols = shape
         return LoopNest(
@@ -124,3 +136,10 @@ class SpadeSpace(Space):
         """[bypass, sched == dynamic] as 0/1: the knobs the loop-nest view does not carry."""
         k = self._check(config.knobs)
         return np.array([float(k["bypass"]), float(k["sched"] == "dynamic")], dtype=np.float32)
+
+
+def map_spade(space: Space, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
+    """``SpadeSpace.loop_nest`` (the spade mapping), refusing another target's space."""
+    if space.target != "spade":
+        raise CognateError(f"the spade mapper got a config space of target {space.target}")
+    return space.loop_nest(config, shape, width)

@@ -1,0 +1,272 @@
+"""The cost-model role: one interface for everything that ranks a space's configs.
+
+As in TVM's meta_schedule, a cost model has four verbs: ``load`` / ``save``,
+``update(runs)`` (learn from more measurements) and ``predict(matrix, configs, width)``
+-> scores, lower = faster. Search, ``collect --from-model``, the Python API and evaluation
+use only this interface; which kind of model a file holds (pretrained, or transferred with
+its mapper and autoencoder) is decided once, in ``CostModel.load``.
+
+``predict`` is ``embed`` (once per matrix) then ``encode`` and ``score`` (per batch of
+configs); search calls the three halves itself so that it can time them and embed in a
+thread while it draws the candidates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cognate.config import Config
+from cognate.errors import CognateError
+from cognate.matrix import Matrix
+from cognate.paths import data_dir
+from cognate.space import Space
+
+if TYPE_CHECKING:
+    from cognate.model.encoding import ConfigEncoder
+    from cognate.model.predictor import RankingNetwork
+    from cognate.model.train import MatrixRuns
+
+RANDOM_MODEL_FORMAT = "cognate-random-model"
+# Modules that register extra config encoders (e.g. the transfer autoencoder "ae") on import;
+# a checkpoint naming such an encoder loads only after its module has been imported.
+ENCODER_PLUGIN_MODULES: tuple[str, ...] = ("cognate.transfer.autoencoder",)
+
+
+class CostModel(ABC):
+    """Scores the configs of one space for a matrix (lower = predicted faster)."""
+
+    space: Space
+    path: Path | None = None
+    metadata: dict[str, Any]
+
+    @staticmethod
+    def load(path: str | Path, space: Space) -> CostModel:
+        """The model in ``path`` for ``space``: a random model's JSON file, else a
+        checkpoint, pretrained or fine-tuned (both carry their kind in their metadata)."""
+        path = Path(path).expanduser()
+        if _is_random_model_file(path):
+            return RandomModel.load_file(path, space)
+        return LearnedModel.load_file(path, space)
+
+    @abstractmethod
+    def save(self, path: str | Path) -> Path:
+        """Write the model so that ``CostModel.load`` gives it back."""
+
+    @abstractmethod
+    def update(self, runs: Sequence[MatrixRuns], seed: int = 0) -> None:
+        """Learn from more measured runs of this model's space."""
+
+    @abstractmethod
+    def embed(self, matrix: Matrix) -> Any:
+        """The matrix part of the model's input, computed once per matrix."""
+
+    @abstractmethod
+    def encode(self, configs: Sequence[Config], shape: tuple[int, int], width: int) -> Any:
+        """The configs part of the input (for a matrix of ``shape`` at dense ``width``)."""
+
+    @abstractmethod
+    def score(self, embedding: Any, encoded: Any, width: int) -> np.ndarray:
+        """Scores of encoded configs for the embedded matrix (float32, lower = faster)."""
+
+    def predict(
+        self, matrix: Matrix, configs: Sequence[Config], width: int, batch: int = 8192
+    ) -> np.ndarray:
+        """Scores of ``configs`` for ``matrix`` at ``width`` (lower = faster)."""
+        embedding = self.embed(matrix)
+        out = [
+            self.score(embedding, self.encode(configs[lo : lo + batch], matrix.shape, width), width)
+            for lo in range(0, len(configs), batch)
+        ]
+        return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
+
+
+class LearnedModel(CostModel):
+    """The featurizer + MLP ranking network with the config encoder it was trained with:
+    a pretrained model (its own space's encoder) or a transferred one (the cpu-vocabulary
+    mapper and the target's autoencoder inside its encoder)."""
+
+    def __init__(
+        self,
+        network: RankingNetwork,
+        encoder: ConfigEncoder,
+        metadata: dict[str, Any],
+        space: Space,
+        path: Path | None = None,
+    ) -> None:
+        self.network, self.encoder, self.metadata = network, encoder, metadata
+        self.space, self.path = space, path
+
+    @property
+    def transferred(self) -> bool:
+        return "transfer" in self.metadata
+
+    @classmethod
+    def load_file(cls, path: Path, space: Space) -> LearnedModel:
+        from cognate.model.train import read_metadata
+
+        meta = read_metadata(path)
+        if (meta.get("target"), meta.get("op")) != (space.target, space.op):
+            raise CognateError(
+                f"{path}: model is for target {meta.get('target')}, op {meta.get('op')}, "
+                f"not {space.target}, {space.op}"
+            )
+        if "transfer" in meta:  # fine-tuned: the encoder is rebuilt from its transfer options
+            from cognate.transfer.finetune import load_transfer_model
+
+            network, encoder, meta = load_transfer_model(path, space)
+        else:
+            from cognate.model.train import load_checkpoint
+
+            _import_encoder_plugins()
+            network, encoder, meta = load_checkpoint(path, space)
+        return cls(network, encoder, meta, space, path)
+
+    def save(self, path: str | Path) -> Path:
+        from cognate.model.train import save_checkpoint
+
+        return save_checkpoint(path, self.network, self.metadata)
+
+    def update(self, runs: Sequence[MatrixRuns], seed: int = 0) -> None:
+        """Train on ``runs`` from the current weights (split by matrix for validation; the
+        best epoch is kept), then note the update in the metadata."""
+        import torch
+
+        from cognate.model.train import encode_all, fit, split_matrices
+
+        if len({r.key for r in runs}) < 2:
+            raise CognateError("an update needs measured configs of at least 2 matrices")
+        encode_all(runs, self.encoder)
+        spec = self.network.preset.train
+        train_keys, _ = split_matrices([r.key for r in runs], spec.val_fraction, seed)
+        fit_runs = [r for r in runs if r.key in set(train_keys)]
+        val_runs = [r for r in runs if r.key not in set(train_keys)]
+        torch.manual_seed(seed)
+        history = fit(self.network, fit_runs, val_runs, seed, None)
+        self.network.eval()
+        names = sorted({r.matrix.name for r in runs})
+        self.metadata.setdefault("updates", []).append(
+            {"matrices": names, "epochs": len(history) - 1, "seed": seed}
+        )
+
+    def embed(self, matrix: Matrix) -> Any:
+        import torch
+
+        with torch.inference_mode():  # per thread: search embeds in a worker thread
+            return self.network.featurizer.embed(matrix)
+
+    def encode(self, configs: Sequence[Config], shape: tuple[int, int], width: int) -> Any:
+        import torch
+
+        with torch.inference_mode():
+            return self.encoder.encode(configs, shape, width)
+
+    def score(self, embedding: Any, encoded: Any, width: int) -> np.ndarray:
+        import torch
+
+        with torch.inference_mode():
+            return self.network.score(embedding, width, encoded).float().numpy()
+
+
+class RandomModel(CostModel):
+    """Scores drawn at random, but a fixed function of (seed, matrix, config): the floor
+    every evaluation shows, and a cost model for tests that needs no training."""
+
+    def __init__(self, space: Space, seed: int = 0, path: Path | None = None) -> None:
+        self.space, self.seed, self.path = space, seed, path
+        self.metadata = {"format": RANDOM_MODEL_FORMAT, "seed": seed, **_space_meta(space)}
+
+    @classmethod
+    def load_file(cls, path: Path, space: Space) -> RandomModel:
+        try:
+            meta = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+            raise CognateError(f"{path}: not a readable random model: {err}") from None
+        if (meta.get("target"), meta.get("op")) != (space.target, space.op):
+            raise CognateError(
+                f"{path}: model is for target {meta.get('target')}, op {meta.get('op')}, "
+                f"not {space.target}, {space.op}"
+            )
+        seed = meta.get("seed")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise CognateError(f"{path}: random model without an integer seed")
+        return cls(space, seed, path)
+
+    def save(self, path: str | Path) -> Path:
+        from cognate.util import atomic_write
+
+        path = Path(path).expanduser()
+        atomic_write(path, json.dumps(self.metadata, indent=2) + "\n")
+        return path
+
+    def update(self, runs: Sequence[MatrixRuns], seed: int = 0) -> None:
+        """Nothing to learn: a random ranking stays random."""
+
+    def embed(self, matrix: Matrix) -> Any:
+        return matrix.sha256
+
+    def encode(self, configs: Sequence[Config], shape: tuple[int, int], width: int) -> Any:
+        return [c.hash for c in configs]
+
+    def score(self, embedding: Any, encoded: Any, width: int) -> np.ndarray:
+        def draw(config_hash: str) -> float:
+            key = f"{self.seed}:{embedding}:{width}:{config_hash}".encode()
+            return int.from_bytes(hashlib.sha256(key).digest()[:4], "little") / 2**32
+
+        return np.array([draw(h) for h in encoded], dtype=np.float32)
+
+
+def _space_meta(space: Space) -> dict[str, Any]:
+    return {"target": space.target, "op": space.op, "space": space.name}
+
+
+def _is_random_model_file(path: Path) -> bool:
+    """A random model is a small JSON file; checkpoints are safetensors (binary header)."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.lstrip().startswith(b"{") and RANDOM_MODEL_FORMAT.encode() in head
+
+
+def _import_encoder_plugins() -> None:
+    import importlib
+
+    for name in ENCODER_PLUGIN_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+
+
+# --- where models are ----------------------------------------------------------------------
+
+
+def shipped_model_path(target: str, op: str) -> Path:
+    """Where the shipped model for (target, op) lives: data/models/<target>-<op>.safetensors."""
+    return data_dir() / "models" / f"{target}-{op}.safetensors"
+
+
+def resolve_model_path(model: str | Path | None, target: str, op: str) -> Path:
+    """The model file to use; a missing file is a one-line error saying how to get one."""
+    if model is not None:
+        path = Path(model).expanduser()
+        if not path.is_file():
+            raise CognateError(f"{path}: no such model file")
+        return path
+    path = shipped_model_path(target, op)
+    if not path.is_file():
+        raise CognateError(
+            f"no shipped model for target {target}, op {op} ({path}); train one with "
+            f"`cognate pretrain --db STORE --target {target} --op {op} -o {path}` "
+            "(or scripts/train_shipped_models.sh), or pass --model PATH"
+        )
+    return path

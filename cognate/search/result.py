@@ -1,0 +1,159 @@
+"""What ``tune`` found: the ranked top-k, the baseline, and the measurements when verified."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cognate.config import Config
+from cognate.matrix import Matrix
+from cognate.search.rank import Candidate, Timings
+from cognate.targets import Verification, get_target
+
+
+@dataclass
+class TuneResult:
+    """What ``tune`` found: the top-k ranked configs, and measurements when verified."""
+
+    matrix: Matrix
+    target: str
+    op: str
+    width: int
+    candidates: list[Candidate]  # the top-k, best predicted first
+    baseline: Candidate  # the target's baseline config (rank = its rank among all scored)
+    n_scored: int
+    model_path: Path
+    timings: Timings
+    verified: bool = False
+    library: str | None = None  # the fastest library reference timed
+    library_runtime_s: float | None = None
+    library_error: str | None = None  # why a library reference has no timing
+    libraries: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> times
+    skipped_too_large: int = 0  # better-ranked configs that cannot run on this matrix
+    load: dict[str, Any] | None = None  # the machine's load when the timings were taken
+    timing: str | None = None  # how the verify timed: "interleaved" or "sequential"
+    remeasured: list[str] = field(default_factory=list)  # hashes re-timed head to head
+    space_version: str = ""
+    _kernel: Any = field(default=None, repr=False)
+
+    @property
+    def best(self) -> Candidate:
+        """Verified: the fastest measured of the top-k and the baseline (the baseline also when
+        the fastest candidate is within the spread of it: no candidate beat it); unverified
+        or nothing ran: rank 1."""
+        if not self.verified:
+            return self.candidates[0]
+        pool = [*self.candidates, self.baseline]
+        measured = [c for c in pool if c.status == "ok" and c.runtime_s]
+        if not measured:
+            return self.candidates[0]
+        fastest = min(measured, key=lambda c: (c.runtime_s, c is not self.baseline, c.rank))
+        base = self.baseline
+        if fastest is not base and base.status == "ok" and base.runtime_s:
+            noise = max(fastest.spread_s or 0.0, base.spread_s or 0.0)
+            if base.runtime_s - fastest.runtime_s <= noise:
+                return base
+        return fastest
+
+    @property
+    def kept_baseline(self) -> bool:
+        """Verified, and no candidate beat the baseline config."""
+        return self.verified and self.best is self.baseline
+
+    @property
+    def unreliable(self) -> bool:
+        """The machine was busy while the timings were taken."""
+        return bool(self.load and self.load.get("unreliable"))
+
+    @property
+    def config(self) -> Config:
+        """The chosen schedule."""
+        return self.best.config
+
+    @property
+    def speedup_vs_baseline(self) -> float | None:
+        best, base = self.best.runtime_s, self.baseline.runtime_s
+        return base / best if best and base and self.best.status == "ok" else None
+
+    @property
+    def speedup_vs_library(self) -> float | None:
+        best, lib = self.best.runtime_s, self.library_runtime_s
+        return lib / best if best and lib and self.best.status == "ok" else None
+
+    def take(self, verification: Verification) -> None:
+        """Record a verify's measurements on the candidates and the baseline."""
+        by_hash = {m.config.hash: m for m in verification.measurements}
+        for candidate in [*self.candidates, self.baseline]:
+            m = by_hash[candidate.config.hash]
+            candidate.status, candidate.runtime_s, candidate.error = m.status, m.runtime_s, m.error
+            candidate.spread_s = m.spread_s
+        self.timing, self.load = verification.timing, verification.load
+        self.remeasured = list(verification.remeasured)
+        self.libraries, self.library_error = verification.libraries, verification.library_error
+        if self.libraries:
+            name = min(self.libraries, key=lambda n: self.libraries[n]["runtime_s"])
+            self.library, self.library_runtime_s = name, self.libraries[name]["runtime_s"]
+        self.verified = True
+
+    def kernel(self, *operands: Any, out: Any = None) -> Any:
+        """Run the chosen schedule, where the target has a callable kernel (cpu): SpMM
+        ``kernel(B, out=None)`` -> A @ B; SDDMM ``kernel(X, Y, out=None)`` -> CSR with A's
+        pattern, A * (X @ Y.T).
+
+        A is packed and the kernel compiled once per dense width. The operands are read in
+        place when they are float32 and C-contiguous (numpy arrays or torch CPU tensors);
+        anything else is copied once into that form. The result is written into ``out`` when
+        given (SpMM: float32 M x width; SDDMM: float32 A.nnz values in A's CSR order; a wrong
+        shape or dtype is one clear CognateError), else into one newly allocated array.
+        Torch inputs give torch outputs. See cognate/targets/cpu/tuned.py.
+        """
+        if self._kernel is None:
+            self._kernel = get_target(self.target).kernel(self.matrix, self.op, self.config)
+        return self._kernel(*operands, out=out)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON object of ``cognate tune --json``."""
+        best = self.best
+        base = {"config": dict(self.baseline.config.knobs), "hash": self.baseline.config.hash}
+        base["description"] = self.baseline.description
+        base["rank"] = self.baseline.rank
+        base["score"] = self.baseline.score
+        if self.verified:
+            base.update(status=self.baseline.status, runtime_s=self.baseline.runtime_s)
+            base["spread_s"] = self.baseline.spread_s
+        out: dict[str, Any] = {
+            "matrix": self.matrix.name,
+            "matrix_sha256": self.matrix.sha256,
+            "shape": list(self.matrix.shape),
+            "nnz": self.matrix.nnz,
+            "target": self.target,
+            "op": self.op,
+            "width": self.width,
+            "model": str(self.model_path),
+            "scored": self.n_scored,
+            "skipped_too_large": self.skipped_too_large,
+            "verified": self.verified,
+            "baseline": base,
+            "candidates": [c.as_dict() for c in self.candidates],
+            "best": {
+                "rank": best.rank,
+                "config": dict(best.config.knobs),
+                "description": best.description,
+                "runtime_s": best.runtime_s,
+                "is_baseline": best is self.baseline,
+            },
+            "kept_baseline": self.kept_baseline,
+            "speedup_vs_baseline": self.speedup_vs_baseline,
+            "timings": self.timings.as_dict(),
+        }
+        if get_target(self.target).has_library:
+            out["library"] = self.library
+            out["library_runtime_s"] = self.library_runtime_s
+            out["speedup_vs_library"] = self.speedup_vs_library
+            out["library_error"] = self.library_error
+            out["libraries"] = self.libraries
+            if self.verified:
+                out.update(timing=self.timing, remeasured=self.remeasured, load=self.load)
+                out["unreliable"] = self.unreliable
+        return out

@@ -1,0 +1,80 @@
+"""``tune``: rank a target's schedules for one matrix with a cost model, verify the top."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from cognate.errors import CognateError
+from cognate.matrix import Matrix
+from cognate.model.cost_model import CostModel, resolve_model_path
+from cognate.runner import ProgressFn
+from cognate.search.rank import DEFAULT_CANDIDATES, DEFAULT_SEED, rank, runnable_top, same_config
+from cognate.search.result import TuneResult
+from cognate.search.verify import verify as verify_result
+from cognate.space import Space
+from cognate.targets import get_target
+
+
+def load_model(path: str | Path, space: Space) -> CostModel:
+    """The cost model in ``path`` for ``space`` (``CostModel.load``)."""
+    return CostModel.load(path, space)
+
+
+def tune_matrix(
+    matrix: Matrix,
+    target: str = "cpu",
+    op: str = "spmm",
+    width: int = 64,
+    top_k: int = 5,
+    model: str | Path | CostModel | None = None,
+    verify: bool = False,
+    n_candidates: int = DEFAULT_CANDIDATES,
+    seed: int = DEFAULT_SEED,
+    progress: ProgressFn | None = None,
+    runner_options: dict[str, Any] | None = None,
+    cover_families: bool = True,
+    threads: int | None = None,
+) -> TuneResult:
+    """Rank the candidates of (target, op) for ``matrix`` with ``model`` (a CostModel, a
+    model file, or None: the shipped one); with ``verify``, measure the top-k and the
+    baseline (and the target's library references, all in interleaved rounds with
+    ``threads`` threads on cpu, default all cores). ``cover_families``: the top-k holds
+    each kernel family's best-ranked config (``runnable_top``)."""
+    if threads is not None and (
+        not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
+    ):
+        raise CognateError(f"threads must be a positive integer, got {threads!r}")
+    the_target = get_target(target)
+    the_target.check_width(width)
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise CognateError(f"top-k must be a positive integer, got {top_k!r}")
+    space = the_target.space(op)
+    cost_model = _cost_model(model, space)
+    ranked, timings = rank(cost_model, space, matrix, width, n_candidates, seed)
+    baseline_config = space.baseline(matrix.shape)
+    baseline = next(c for c in ranked if same_config(c.config, baseline_config))
+    start = time.perf_counter()
+    family = space.family if cover_families else None
+    top, skipped = runnable_top(ranked, matrix, op, width, top_k, the_target, family)
+    timings.filter_s = time.perf_counter() - start
+    for candidate in [*top, baseline]:
+        candidate.description = space.describe(candidate.config)
+    path = cost_model.path or Path(f"<{type(cost_model).__name__}>")
+    result = TuneResult(matrix, target, op, width, top, baseline, len(ranked), path, timings)
+    result.skipped_too_large = skipped
+    result.space_version = space.version
+    if verify:
+        verify_result(result, the_target, progress, runner_options, threads)
+    return result
+
+
+def _cost_model(model: str | Path | CostModel | None, space: Space) -> CostModel:
+    if isinstance(model, CostModel):
+        if (model.space.name, model.space.version) != (space.name, space.version):
+            raise CognateError(
+                f"the cost model given is for space {model.space.name}, not {space.name}"
+            )
+        return model
+    return CostModel.load(resolve_model_path(model, space.target, space.op), space)

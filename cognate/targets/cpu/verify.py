@@ -1,0 +1,147 @@
+"""``tune --verify`` on cpu: the candidates, the baseline and the library references timed
+in interleaved rounds in one fresh process (cognate/targets/cpu/interleave.py), with the
+isolated runner as the fallback when that process fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from cognate.config import Config
+from cognate.errors import CognateError
+from cognate.matrix import Matrix
+from cognate.runner import Measurement, ProgressFn
+from cognate.targets import Target, Verification
+
+
+def interleaved_verify(
+    matrix: Matrix,
+    op: str,
+    width: int,
+    configs: Sequence[Config],
+    threads: int | None = None,
+    library: bool = True,
+    timeout_s: float = 1800.0,
+) -> dict[str, Any]:
+    """Check and time ``configs`` (and the library references) in interleaved rounds in
+    one fresh process; its outcome as a dict.
+
+    Its own process: a crashing kernel cannot take the caller down, and the OpenMP / MKL / torch
+    thread counts are set before any runtime starts. Raises CognateError when it fails.
+    """
+    from cognate.targets.cpu.interleave import save_job_matrix
+
+    with tempfile.TemporaryDirectory(prefix="cognate-verify-") as tmp:
+        job = {
+            "npz": str(Path(tmp) / "a.npz"),
+            "out": str(Path(tmp) / "outcome.json"),
+            "op": op,
+            "width": int(width),
+            "threads": threads,
+            "library": library,
+            "configs": [{"key": c.hash, "knobs": dict(c.knobs)} for c in configs],
+        }
+        save_job_matrix(matrix, Path(job["npz"]))
+        (Path(tmp) / "job.json").write_text(json.dumps(job))
+        cmd = [sys.executable, "-m", "cognate.targets.cpu.interleave", str(Path(tmp) / "job.json")]
+        # stderr passes through: the job's only lines there are "waiting for the timing
+        # lock" ones (its failures come back in the outcome file, as one line).
+        try:
+            done = subprocess.run(
+                cmd, stdout=subprocess.DEVNULL, timeout=timeout_s, env=_thread_env(threads)
+            )
+        except subprocess.TimeoutExpired:
+            raise CognateError(f"interleaved verify took over {timeout_s:g} s") from None
+        out = Path(job["out"])
+        if not out.is_file():
+            code = done.returncode
+            why = f"signal {-code}" if code < 0 else f"exit code {code}"
+            raise CognateError(f"interleaved verify process died ({why})")
+        outcome = json.loads(out.read_text())
+        if "failed" in outcome:
+            raise CognateError(f"interleaved verify failed: {outcome['failed']}")
+        return outcome
+
+
+def _thread_env(threads: int | None) -> dict[str, str]:
+    """The verify process's environment: its thread count, and passive OpenMP waits (as the
+    cpu runner's worker) unless the user chose otherwise, for every runtime alike."""
+    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "passive")}
+    if threads:
+        env["OMP_NUM_THREADS"] = str(int(threads))
+    return env
+
+
+def verify(
+    target: Target,
+    matrix: Matrix,
+    op: str,
+    width: int,
+    configs: Sequence[Config],
+    progress: ProgressFn | None,
+    runner_options: dict[str, Any] | None,
+    threads: int | None,
+) -> Verification:
+    """Interleaved rounds of the configs and the library references in one process; if that
+    process fails, the configs one by one with the isolated cpu runner (no library)."""
+    try:
+        outcome = interleaved_verify(matrix, op, width, configs, threads)
+    except CognateError as exc:
+        return _sequential(
+            target, matrix, op, width, configs, progress, runner_options, threads, exc
+        )
+    load = outcome["load"]
+    found = Verification([], "interleaved", load, list(outcome["remeasured"]))
+    _take_library(found, outcome)
+    for config in configs:
+        got = outcome["configs"][config.hash]
+        counters = {"verify": "interleaved", "rounds": got.get("rounds"), "load": load}
+        counters["remeasured"] = config.hash in found.remeasured
+        m = Measurement(
+            config, got["status"], got.get("runtime_s"), got.get("spread_s"), counters,
+            got.get("error"),
+        )  # fmt: skip
+        found.measurements.append(m)
+        if progress is not None:
+            progress(m)
+    return found
+
+
+def _sequential(
+    target: Target,
+    matrix: Matrix,
+    op: str,
+    width: int,
+    configs: Sequence[Config],
+    progress: ProgressFn | None,
+    runner_options: dict[str, Any] | None,
+    threads: int | None,
+    why: CognateError,
+) -> Verification:
+    from cognate.timing import machine_load
+
+    load = machine_load(threads)
+    load_info = {**load.as_dict(), "line": load.line()}
+    found = target.measure(matrix, op, width, configs, progress, runner_options)
+    for m in found:
+        m.counters.update(verify="sequential", load=load_info)
+    return Verification(found, "sequential", load_info, library_error=f"{why}; library not timed")
+
+
+def _take_library(found: Verification, outcome: dict[str, Any]) -> None:
+    """The library times of a verify outcome: all of them kept (the caller reports the
+    fastest as `library`)."""
+    found.libraries = {
+        name: {k: v.get(k) for k in ("runtime_s", "spread_s", "inspect_s")}
+        for name, v in outcome["library"].items()
+        if v.get("runtime_s")
+    }
+    missing = outcome.get("library_missing") or {}
+    if missing:
+        found.library_error = "; ".join(f"{name}: {why}" for name, why in missing.items())
