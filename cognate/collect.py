@@ -60,6 +60,7 @@ from cognate.matrix import Matrix
 from cognate.runner import STATUSES, Measurement, Runner
 from cognate.space import Space
 from cognate.timing import Load, job_marker, machine_load, timing_lock
+from cognate.util import describe, one_line
 
 DEFAULT_CONFIGS = 100
 DEFAULT_WIDTH = 64
@@ -255,14 +256,6 @@ def check_batch(configs: Sequence[Config], measurements: Sequence[Measurement]) 
             raise CognateError(f"runner returned unknown status {m.status!r}")
 
 
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
-
-
-def _describe(exc: BaseException) -> str:
-    return _one_line(f"{type(exc).__name__}: {exc}")
-
-
 def _chunks(items: Sequence[Config], size: int) -> Iterator[list[Config]]:
     for start in range(0, len(items), size):
         yield list(items[start : start + size])
@@ -318,7 +311,7 @@ class _Collection:
             yield plan
 
     def _plan(self, path: Path) -> _Plan:
-        from cognate.io import load_matrix  # engineer A's reader; imported where needed
+        from cognate.io import load_matrix  # imported where needed (it pulls in scipy readers)
 
         matrix = load_matrix(path)
         baseline, configs = choose_configs(self.space, matrix, **self.choose)
@@ -388,7 +381,7 @@ class _Collection:
             if plan.failed:
                 return
             plan.failed = True
-        reason = _one_line(reason)
+        reason = one_line(reason)
         if not reason.startswith(str(path)):
             reason = f"{path}: {reason}"
         self.summary.failures.append((str(path), reason))
@@ -439,7 +432,7 @@ def _timed(
             measurements = runner.measure(plan.matrix, coll.op, coll.width, chunk)
             check_batch(chunk, measurements)
         except Exception as exc:  # noqa: BLE001 - a runner bug costs its matrix, not the run
-            coll.fail(plan.path, f"runner failed: {_describe(exc)}", plan)
+            coll.fail(plan.path, f"runner failed: {describe(exc)}", plan)
             return None
         after = machine_load(threads, sample_s=LOAD_SAMPLE_S)
     coll.warn_busy(after)
@@ -572,7 +565,7 @@ def _drain(
             check_batch(chunk, measurements)
         except Exception as exc:  # noqa: BLE001 - one matrix's failure, reported by name
             broken |= isinstance(exc, BrokenProcessPool)
-            coll.fail(plan.path, f"worker failed: {_describe(exc)}", plan)
+            coll.fail(plan.path, f"worker failed: {describe(exc)}", plan)
         else:
             if not plan.failed:
                 coll.write(plan, measurements)
@@ -623,7 +616,7 @@ def _ray_connect(address: str) -> tuple[Any] | None:
     except Exception as exc:  # noqa: BLE001 - Ray raises several types for a bad address
         if reaper is not None:
             reaper.kill()
-        raise CognateError(f"ray: cannot connect to {address!r}: {_one_line(exc)}") from exc
+        raise CognateError(f"ray: cannot connect to {address!r}: {one_line(exc)}") from exc
     return (reaper,)
 
 
@@ -712,7 +705,7 @@ def _take_ray_result(coll: _Collection, plan: _Plan, ref: Any) -> None:
     except Exception as exc:  # noqa: BLE001 - a failed task costs its matrix, reported
         # A RayTaskError carries the worker's traceback; its cause is the one line we want.
         coll.fail(
-            plan.path, f"ray task failed: {_describe(getattr(exc, 'cause', None) or exc)}", plan
+            plan.path, f"ray task failed: {describe(getattr(exc, 'cause', None) or exc)}", plan
         )
         return
     coll.write(plan, measurements, host=host)
@@ -813,7 +806,7 @@ def collect(
     targets time each chunk under the machine-wide timing lock, record the load around it
     and time 5% of each matrix's configs twice (the summary reports their agreement).
     """
-    from cognate.store import Store  # engineer B's store; imported where needed
+    from cognate.store import Store  # imported where needed (pandas, sqlite)
 
     runner_options = dict(runner_options or {})
     _check_numbers(width, n_configs, jobs, batch)

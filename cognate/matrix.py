@@ -3,7 +3,7 @@
 Canonical form: CSR, sorted and de-duplicated int32 column indices, float32 values,
 explicitly stored zeros kept. Readers for every file format live in cognate.io.
 
-A permuted structured matrix (DESIGN section 10: y = S(P x)) carries its permutations as
+A permuted structured matrix (docs/architecture.md, Structured sparsity: y = S(P x)) carries its permutations as
 index maps: ``A[row_perm[i], col_perm[j]] = S[i, j]`` where ``csr`` is the logical matrix
 A that everything (references, baselines, featurizer) works on and ``structured()`` is S,
 the unpermuted structured pattern a kernel can run over while reading B and writing C

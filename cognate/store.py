@@ -22,7 +22,6 @@ import json
 import math
 import os
 import sqlite3
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -36,6 +35,7 @@ from cognate.hostid import SIMULATED_HOST, host_for, is_simulated
 from cognate.matrix import Matrix
 from cognate.paths import cognate_home
 from cognate.runner import MISMATCH_PREFIX, STATUSES, Measurement
+from cognate.util import atomic_path
 
 SCHEMA_VERSION = 2
 BUSY_TIMEOUT_MS = 60_000
@@ -676,17 +676,8 @@ def _write_frame(
     df: pd.DataFrame, path: Path, suffix: str, parquet_options: dict[str, Any] | None = None
 ) -> None:
     """Write ``df`` to a temporary file beside ``path`` and rename it into place."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:  # mode 0644: an export is meant to be read by others
         if suffix == ".csv":
             df.to_csv(tmp, index=False)
         else:
             df.to_parquet(tmp, engine="pyarrow", index=False, **(parquet_options or {}))
-        # mkstemp makes the file 0600; an export is meant to be read by others.
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

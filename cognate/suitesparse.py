@@ -37,6 +37,7 @@ from rich.progress import (
 from cognate import __version__
 from cognate.errors import CognateError, InputError
 from cognate.paths import cognate_home
+from cognate.util import atomic_path
 
 DEFAULT_URL = "https://sparse.tamu.edu"
 URL_ENV = "COGNATE_SUITESPARSE_URL"
@@ -189,17 +190,12 @@ def _build_index(url: str, csv_path: Path, path: Path) -> None:
     rows = [line for line in lines[2:] if line.strip()]
     if len(rows) != declared:
         raise CognateError(f"{url}: index declares {declared} matrices but lists {len(rows)}")
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
-    tmp.unlink(missing_ok=True)
-    index = db.MatrixDB(db=str(tmp))
-    try:
-        index.refresh(_checked_rows(url, csvindex.gen_rows(rows)))
-    except BaseException:
-        index.conn.close()
-        tmp.unlink(missing_ok=True)
-        raise
-    index.conn.close()
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        index = db.MatrixDB(db=str(tmp))
+        try:
+            index.refresh(_checked_rows(url, csvindex.gen_rows(rows)))
+        finally:
+            index.conn.close()
 
 
 def _checked_rows(url: str, rows: Iterator[tuple]) -> Iterator[tuple]:

@@ -29,14 +29,15 @@ def describe(exc: BaseException, limit: int | None = None) -> str:
 
 
 @contextlib.contextmanager
-def atomic_path(path: str | Path, mode: int = 0o644) -> Iterator[Path]:
+def atomic_path(path: str | Path, mode: int = 0o644, suffix: str = ".tmp") -> Iterator[Path]:
     """A temporary path beside ``path``; on a clean exit it is renamed onto ``path``, on an
     exception removed. Readers never see half a file. The temp name is unique (mkstemp), so
     concurrent writers of one path never share a temp file, and it is in the same directory,
-    so the rename is atomic. ``mode``: mkstemp makes 0600; shipped files are meant to be read."""
+    so the rename is atomic. ``mode``: mkstemp makes 0600; shipped files are meant to be read.
+    ``suffix``: the temp name's ending (writers that append their own extension need it)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
     os.close(fd)
     try:
         yield Path(tmp)

@@ -1,4 +1,4 @@
-"""``cognate evaluate``: the evaluation protocol of DESIGN 9 (issue 8), written as report.md."""
+"""``cognate evaluate``: the evaluation protocol of docs/architecture.md, Evaluation protocol (issue 8), written as report.md."""
 
 from __future__ import annotations
 

@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 from scipy.special import gammaln
 
+from cognate.model.statistics import matrix_statistics
 from cognate.model.train import MatrixRuns
 from cognate.space import Space
 
@@ -100,34 +100,6 @@ def _score_ordered(test: Sequence[MatrixRuns], order_of) -> Picks:
 
 
 # --- cheap-feature selector ----------------------------------------------------------------
-
-
-def matrix_statistics(a: sp.csr_matrix) -> np.ndarray:
-    """Cheap structure statistics of the kind WISE and Seer select kernels with."""
-    rows, cols = a.shape
-    nnz = max(a.nnz, 1)
-    lengths = np.diff(a.indptr).astype(np.float64)
-    col_lengths = np.bincount(a.indices, minlength=cols).astype(np.float64)
-    row_of = np.repeat(np.arange(rows), np.diff(a.indptr))
-    # distance from the diagonal, in units of the longer side (rectangular matrices too)
-    offset = np.abs(a.indices * (rows / max(cols, 1)) - row_of) / max(rows, 1)
-    mean = lengths.mean()
-    return np.array(
-        [
-            np.log2(rows),
-            np.log2(cols),
-            np.log2(nnz),
-            np.log2(nnz / (rows * cols)),
-            mean,
-            lengths.std() / max(mean, 1e-9),  # row-length CV: load imbalance
-            lengths.max() / max(mean, 1e-9),
-            (lengths == 0).mean(),
-            col_lengths.std() / max(col_lengths.mean(), 1e-9),
-            offset.mean(),  # bandwidth profile
-            np.quantile(offset, 0.95),
-            (offset < 0.01).mean(),  # diagonal concentration
-        ]
-    )
 
 
 def config_features(space: Space, run: MatrixRuns) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Running the evaluation protocol (DESIGN 9, issue 8).
+"""Running the evaluation protocol (docs/architecture.md, Evaluation protocol, issue 8).
 
 Per op: the target's matrices are split once (``split_seed``) into train / validation /
 test by matrix. The source model is pretrained on the source records minus the target's
@@ -21,6 +21,7 @@ import json
 import math
 import sqlite3
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ from cognate.transfer.finetune import (
     split_target,
     transfer_encoder,
 )
+from cognate.util import atomic_path
 
 Log = Callable[[str], None]
 TL, NT, ZERO_SHOT = "TL", "NT", "zero-shot"
@@ -56,13 +58,10 @@ def snapshot_db(source: Path, dest: Path) -> Path:
     """Copy a (possibly live, WAL) store with SQLite's backup API; the source is only read."""
     if not source.is_file():
         raise CognateError(f"{source}: no such record store")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.unlink(missing_ok=True)
     uri = f"{source.resolve().as_uri()}?mode=ro"
-    with sqlite3.connect(uri, uri=True) as src, sqlite3.connect(tmp) as dst:
-        src.backup(dst)
-    tmp.replace(dest)
+    with atomic_path(dest) as tmp:
+        with closing(sqlite3.connect(uri, uri=True)) as src, closing(sqlite3.connect(tmp)) as dst:
+            src.backup(dst)
     return dest
 
 

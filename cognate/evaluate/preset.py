@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cognate.errors import CognateError
 from cognate.paths import configs_dir
 from cognate.targets import is_target, target_names
+from cognate.util import load_yaml
 
 OTHER_OP = "other-op"  # source: the target's own other op stands in for a source target
 
@@ -106,11 +106,9 @@ def load_experiment(name: str) -> ExperimentPreset:
     if not path.is_file():
         known = ", ".join(preset_names()) or "none"
         raise CognateError(f"unknown experiment preset {name!r} (known: {known})")
+    data = load_yaml(path, "experiment preset") or {}
     try:
-        data = yaml.safe_load(path.read_text()) or {}
         return ExperimentPreset(name=name, **data)
-    except yaml.YAMLError as err:
-        raise CognateError(f"{path}: not valid YAML: {' '.join(str(err).split())}") from None
     except (TypeError, ValidationError, ValueError) as err:
         first = str(err).splitlines()
         detail = " ".join(first[:3]) if first else type(err).__name__

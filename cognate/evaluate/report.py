@@ -11,7 +11,7 @@ import numpy as np
 from cognate.evaluate.harness import NT, TL, TL_ACTIVE, ZERO_SHOT
 from cognate.evaluate.stats import Estimate, bootstrap_ci, mean_of_geomeans, mean_of_ratio
 
-# DESIGN 9: the COGNATE paper's own numbers (geomean speedup over the baseline config).
+# docs/architecture.md, Evaluation protocol: the COGNATE paper's own numbers (geomean speedup over the baseline config).
 PAPER = {
     "spmm": {"top1": 1.40, "top5": 1.47, "oracle": 1.55, "zero-shot": 0.71},
     "sddmm": {"top1": 1.27, "top5": 1.39},

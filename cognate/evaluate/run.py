@@ -226,7 +226,12 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
             lines += [f"K = {capped} capped at the {d['train']} training matrices.", ""]
         pngs = _plots(rows, k, op, out)
         lines += [f"![{p.stem}]({p.name})" for p in pngs] + [""]
-    lines += ["## The paper's figures (DESIGN 9), for reference", "", report.paper_table(), ""]
+    lines += [
+        "## The paper's figures (docs/architecture.md, Evaluation protocol), for reference",
+        "",
+        report.paper_table(),
+        "",
+    ]
     path = out / "report.md"
     path.write_text("\n".join(lines))
     return path

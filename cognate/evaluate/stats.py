@@ -1,7 +1,7 @@
 """Summary statistics of the evaluation: geomeans and a two-level bootstrap CI.
 
 Each reported cell holds, per seed, the speedups of the same test matrices (the split is
-fixed, DESIGN 9). A seed's number is the geomean over the test matrices; the cell's number
+fixed, docs/architecture.md, Evaluation protocol). A seed's number is the geomean over the test matrices; the cell's number
 is the mean over seeds. The 95% CI resamples both sources of variation (percentile
 bootstrap): seeds with replacement and, paired across seeds and across the arrays of one
 statistic, test matrices with replacement. numpy's Generator does the resampling; scipy's

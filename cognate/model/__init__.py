@@ -1,4 +1,4 @@
-"""The learned cost model (DESIGN section 6).
+"""The learned cost model (docs/architecture.md, Cost model).
 
 - ``sparseconv``: 2-D sparse convolution, pure PyTorch or MinkowskiEngine, one weight layout.
 - ``featurizer``: matrix -> embedding (``Featurizer.embed``).

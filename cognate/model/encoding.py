@@ -1,7 +1,7 @@
 """Config encodings: what the predictor sees of a schedule.
 
 One interface, ``ConfigEncoder.encode(configs, shape, width) -> float32 [n, dim]``, with
-two parts (DESIGN section 6):
+two parts (docs/architecture.md, Cost model):
 
 - the homogeneous part p, shared by every target: log2 of the I/J/K strip sizes and the
   6 x 6 loop-order permutation matrix, both from ``space.loop_nest`` (the CPU loop

@@ -2,7 +2,7 @@
 
 Layer 0: kernel ``first_kernel``, stride 1; every later layer: kernel ``kernel``, stride 2;
 ReLU after each; global average pooling after each, concatenated with log2 (rows, cols,
-nnz), then an MLP to ``embedding_dim`` (WACO's design, DESIGN section 6). The input
+nnz), then an MLP to ``embedding_dim`` (WACO's design, docs/architecture.md, Cost model). The input
 feature of every nonzero is 1: the pattern, not the values, decides a schedule's speed.
 Both backends share the same parameters and agree to float rounding.
 """
@@ -21,6 +21,7 @@ from cognate.matrix import Matrix
 from cognate.model import sparseconv
 from cognate.model.preset import FeaturizerSpec
 from cognate.model.sparseconv import PointSet
+from cognate.model.statistics import N_STATISTICS, scaled_statistics
 
 # log2 of rows/cols/nnz is divided by this so the scalars are O(1) like the pooled features.
 LOG_SCALE = 16.0
@@ -87,11 +88,20 @@ class Featurizer(nn.Module):
             self.weights.append(nn.Parameter(torch.randn(k * k, c_in, c_out) * std))
             self.biases.append(nn.Parameter(torch.zeros(c_out)))
             c_in = c_out
-        self.mlp = mlp([sum(spec.channels) + 3, *spec.embed_hidden, spec.embedding_dim])
+        scalars = 3 + (N_STATISTICS if spec.statistics else 0)
+        self.mlp = mlp([sum(spec.channels) + scalars, *spec.embed_hidden, spec.embedding_dim])
 
     @property
     def dim(self) -> int:
         return self.spec.embedding_dim
+
+    def scalars(self, matrix: Matrix) -> torch.Tensor:
+        """The non-convolutional inputs: log2 (rows, cols, nnz), and with ``statistics`` the
+        scaled structure statistics."""
+        base = matrix_scalars(matrix.shape, matrix.nnz)
+        if not self.spec.statistics:
+            return base
+        return torch.cat([base, torch.from_numpy(scaled_statistics(matrix.csr))])
 
     def layers(self) -> list[tuple[int, int]]:
         """(kernel, stride) of every layer."""
@@ -156,4 +166,4 @@ class Featurizer(nn.Module):
         # Inference only (training calls forward with cached plans): recording the autograd
         # graph of a 1M-nnz matrix costs more time than the convolutions themselves.
         with torch.no_grad():
-            return self(matrix_points(matrix), matrix_scalars(matrix.shape, matrix.nnz), backend)
+            return self(matrix_points(matrix), self.scalars(matrix), backend)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cognate.errors import CognateError
 from cognate.paths import configs_dir
+from cognate.util import load_yaml
 
 
 class _Strict(BaseModel):
@@ -22,6 +22,9 @@ class FeaturizerSpec(_Strict):
     embed_hidden: list[int] = []
     embedding_dim: int = Field(128, ge=1)
     trainable: bool = True
+    # Also feed the matrix's cheap structure statistics (cognate/model/statistics.py) into
+    # the embedding MLP, next to the pooled convolution features and log2 (rows, cols, nnz).
+    statistics: bool = False
 
 
 class PredictorSpec(_Strict):
@@ -79,10 +82,7 @@ def preset_from_dict(name: str, data: dict[str, Any]) -> ModelPreset:
 
 def _load_all() -> dict[str, Any]:
     path = configs_dir() / "model.yaml"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise CognateError(f"{path}: cannot read model presets: {err}") from None
+    data = load_yaml(path, "model presets")
     if not isinstance(data, dict) or not isinstance(data.get("presets"), dict):
         raise CognateError(f"{path}: expected a mapping with a 'presets' mapping")
     return data["presets"]

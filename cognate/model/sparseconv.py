@@ -7,7 +7,7 @@ input's tensor stride. A stride-1 layer keeps the input's points; a stride-2 lay
 points are the distinct ``p // 2`` of its input points (MinkowskiEngine's coordinate map).
 
 Why a hand-written backend: MinkowskiEngine does not install from PyPI and spconv is wrong
-on CPU for real matrix sizes (DESIGN section 11); this one is exact, differentiable and
+on CPU for real matrix sizes (docs/architecture.md, Facts measured here); this one is exact, differentiable and
 plain PyTorch/NumPy (sorted int64 keys; kernel maps from a few sorted searches per layer;
 gather, matmul, ``index_add_`` per offset when training, and a blocked gather / matmul /
 compiled scatter-add for inference). Points are kept in *normalised* grid units (divided

@@ -28,7 +28,7 @@ from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.model.encoding import ConfigEncoder, make_encoder
-from cognate.model.featurizer import matrix_points, matrix_scalars
+from cognate.model.featurizer import matrix_points
 from cognate.model.predictor import RankingNetwork, pairwise_accuracy, ranking_loss
 from cognate.model.preset import ModelPreset, preset_from_dict
 from cognate.model.sparseconv import KernelMap, PointSet
@@ -263,6 +263,7 @@ class Embedder:
     def __init__(self, model: RankingNetwork, budget_pairs: int = 50_000_000) -> None:
         self.model, self.budget = model, budget_pairs
         self.plans: dict[str, tuple[PointSet, list[KernelMap]]] = {}
+        self.scalars: dict[str, torch.Tensor] = {}
 
     def __call__(self, run: MatrixRuns) -> torch.Tensor:
         cached = self.plans.get(run.key)
@@ -273,7 +274,9 @@ class Embedder:
             if cost <= self.budget:
                 self.plans[run.key] = cached
                 self.budget -= cost
-        scalars = matrix_scalars(run.matrix.shape, run.matrix.nnz)
+        scalars = self.scalars.get(run.key)
+        if scalars is None:
+            scalars = self.scalars[run.key] = self.model.featurizer.scalars(run.matrix)
         return self.model.featurizer(cached[0], scalars, plan=cached[1])
 
     def all(self, runs: Sequence[MatrixRuns]) -> dict[str, torch.Tensor]:

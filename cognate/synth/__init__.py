@@ -13,7 +13,7 @@ numpy/scipy and deterministic per seed. The generic kinds (``classic``) and the 
   band that holds the requested nnz).
 - ``block-diagonal``: positions uniformly inside ``block`` x ``block`` diagonal blocks
   (default: the smallest block size that holds the requested nnz).
-- ``kdiag``: DynaDiag's K wrapped diagonals (DESIGN sections 10, 11): with D = min(M, N),
+- ``kdiag``: DynaDiag's K wrapped diagonals (docs/architecture.md, Structured sparsity / Facts measured here): with D = min(M, N),
   P = max(M, N), K = ceil((1 - S) * M * N / D) of the P diagonals are kept (chosen at
   random); diagonal p covers rows (t + p) % M, cols t for t < D when M >= N (transposed
   otherwise). nnz = K * D exactly, so the density is rounded up to whole diagonals.
@@ -84,7 +84,7 @@ KINDS: tuple[str, ...] = GENERIC_KINDS + STRUCTURED_KINDS  # sized by rows, cols
 SCALE_KINDS: tuple[str, ...] = ("mesh2d", "mesh3d", "powerlaw", "road", "circuit", "lp", "kron")
 ALL_KINDS: tuple[str, ...] = KINDS + SCALE_KINDS
 PERMUTE_CHOICES: tuple[str, ...] = ("rows", "cols", "both")
-# The layer workloads of DESIGN section 10 (issue 10): pruned NN weights (M x N) and the
+# The layer workloads of docs/architecture.md, Structured sparsity (issue 10): pruned NN weights (M x N) and the
 # sparsities the structured-sparsity papers report.
 LAYER_SHAPES: tuple[tuple[int, int], ...] = ((768, 768), (768, 3072), (3072, 768), (4096, 4096))
 LAYER_SPARSITIES: tuple[float, ...] = (0.6, 0.8, 0.9, 0.95, 0.99)

@@ -14,7 +14,6 @@ import csv
 import hashlib
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from cognate.errors import CognateError
 from cognate.io import save_matrix
 from cognate.paths import shared_dir
 from cognate.synth import generate
+from cognate.util import atomic_path
 
 MIN_NNZ, MAX_NNZ = 10_000, 5_000_000
 SCALE_SEED = 1000  # the scale set's seeds start here, away from base (0..) and extra (100..)
@@ -191,12 +191,10 @@ def read_manifest(out: Path) -> dict[str, dict[str, str]]:
 def write_manifest(out: Path, rows: dict[str, dict[str, str]]) -> None:
     """Rewrite the manifest atomically (a crash never leaves half a manifest)."""
     path = out / MANIFEST
-    tmp = path.with_name(f".{MANIFEST}.{os.getpid()}.tmp")
-    with open(tmp, "w", newline="") as stream:
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as stream:
         writer = csv.DictWriter(stream, fieldnames=MANIFEST_COLUMNS)
         writer.writeheader()
         writer.writerows(rows[name] for name in sorted(rows))
-    os.replace(tmp, path)
 
 
 def verify(out: Path) -> list[str]:

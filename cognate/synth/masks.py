@@ -14,7 +14,10 @@ _NM_CHUNK_CELLS = 1 << 22  # rows of an N:M mask are drawn in chunks of about th
 
 
 def kdiag(rows: int, cols: int, k: int, rng: np.random.Generator) -> Positions:
-    length, count = min(rows, cols), max(rows, cols)  # D and P of DESIGN section 11
+    length, count = (
+        min(rows, cols),
+        max(rows, cols),
+    )  # D and P of docs/architecture.md, Facts measured here
     kept = min(count, max(1, math.ceil(k / length)))
     offsets = np.sort(rng.choice(count, size=kept, replace=False)).astype(np.int64)
     t = np.arange(length, dtype=np.int64)

@@ -1,4 +1,4 @@
-"""Per-target autoencoders over the heterogeneous knobs (DESIGN 6, issue 6).
+"""Per-target autoencoders over the heterogeneous knobs (docs/architecture.md, Cost model, issue 6).
 
 The heterogeneous knobs of a target are those its config mapper does not express
 (``space.knob_features``: cpu formats and chunk, spade bypass and scheduling, gpu split,
@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 from safetensors import safe_open
 from safetensors.torch import save
 from torch import nn
@@ -36,6 +35,7 @@ from cognate.errors import CognateError
 from cognate.model.encoding import ConfigEncoder, register_target_encoder
 from cognate.paths import cognate_home, configs_dir
 from cognate.space import Space
+from cognate.util import load_yaml
 
 _PROBE_SHAPE = (1024, 1024)  # the cpu space caps splits by the shape; any mid-size shape
 
@@ -43,10 +43,7 @@ _PROBE_SHAPE = (1024, 1024)  # the cpu space caps splits by the shape; any mid-s
 def transfer_settings() -> dict[str, Any]:
     """configs/transfer.yaml as a mapping (CognateError when unreadable)."""
     path = configs_dir() / "transfer.yaml"
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise CognateError(f"{path}: cannot read transfer settings: {err}") from None
+    data = load_yaml(path, "transfer settings")
     if not isinstance(data, dict):
         raise CognateError(f"{path}: expected a mapping")
     return data

@@ -1,4 +1,4 @@
-"""Fine-tuning a pretrained cost model on a few target matrices (DESIGN 7, issue 6).
+"""Fine-tuning a pretrained cost model on a few target matrices (docs/architecture.md, Transfer, issue 6).
 
 The target's matrices are split by matrix (``split_seed``) into train / validation /
 test. ``matrices`` of the training split are picked with ``seed``; the model is trained on
@@ -25,8 +25,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -64,6 +62,7 @@ from cognate.transfer.autoencoder import (  # also registers kind "ae"
 )
 from cognate.transfer.mapper import HOMOGENEOUS_DIM, MAPPERS, homogeneous_encoder
 from cognate.transfer.select import SELECTIONS, pick_k_center, pick_random
+from cognate.util import atomic_path
 
 LATENTS: tuple[str, ...] = ("ae", "raw")
 AE_PREFIX = "ae"  # a fine-tuned model's autoencoder weights are saved as ae.*
@@ -185,11 +184,8 @@ class EmbeddingCache:
         path = self._path(weights)
         if path is None:
             return
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")  # atomic: a killed run
-        os.close(fd)  # leaves the old file or the new one, never half of one
-        save_file({k: v.contiguous() for k, v in known.items()}, tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:  # a killed run leaves the old file or the new one
+            save_file({k: v.contiguous() for k, v in known.items()}, str(tmp))
 
 
 def featurizer_sha256(model: RankingNetwork) -> str:

@@ -1,4 +1,4 @@
-"""The config mapper: every target's configs seen in the CPU loop vocabulary (DESIGN 7).
+"""The config mapper: every target's configs seen in the CPU loop vocabulary (docs/architecture.md, Transfer).
 
 The image of a config is a ``LoopNest``: strip sizes I (rows), K (sparse columns / SDDMM
 reduction), J (dense columns / SDDMM sparse columns) and a loop order over

@@ -1,4 +1,4 @@
-/* SPADE-like accelerator simulator core (cognate, DESIGN 4.2).
+/* SPADE-like accelerator simulator core (cognate, docs/architecture.md, Targets' facts).
  *
  * Trace-driven caches (set-associative LRU, write-back, write-allocate): a private L1 and
  * a bypass victim cache per PE, an L2 per group of PEs, one shared LLC, then DRAM. Each PE

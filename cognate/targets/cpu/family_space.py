@@ -16,7 +16,8 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
@@ -56,6 +57,40 @@ def _cap(dim: int) -> int:
     return 1 << max(0, (int(dim) - 1).bit_length())
 
 
+class KernelFamily(Protocol):
+    """One kernel family of the cpu space (csr, dia, bcsr): its knobs' rules and views."""
+
+    name: str
+
+    def validate(self, knobs: Mapping[str, Any]) -> Config: ...
+
+    def check_shape(self, config: Config, shape: tuple[int, int]) -> None: ...
+
+    def loop_nest(self, config: Config, shape: tuple[int, int], width: int) -> LoopNest: ...
+
+    def describe(self, config: Config) -> str: ...
+
+
+@dataclass(frozen=True)
+class TemplateFamily:
+    """A DIA or BCSR family (a kernel template with tile knobs), as a ``KernelFamily``."""
+
+    name: str
+    families: Families
+
+    def validate(self, knobs: Mapping[str, Any]) -> Config:
+        return self.families.validate(knobs)
+
+    def check_shape(self, config: Config, shape: tuple[int, int]) -> None:
+        self.families.check_shape(config, shape)
+
+    def loop_nest(self, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
+        return self.families.loop_nest(config, width)
+
+    def describe(self, config: Config) -> str:
+        return self.families.describe(config)
+
+
 class Families:
     """Validation, enumeration and encodings of the non-CSR families of one op."""
 
@@ -82,6 +117,10 @@ class Families:
                 raise CognateError(f"{where}: families.{name}.blend: values in [0, 1] only")
             if not set(spec.sample.get(knob, values)) <= set(values):
                 raise CognateError(f"{where}: families.{name}.sample.{knob}: not in its knobs")
+
+    def family(self, name: str) -> TemplateFamily:
+        """Family ``name`` of this op as a ``KernelFamily``."""
+        return TemplateFamily(name, self)
 
     # --- validation ---------------------------------------------------------------------------
 
@@ -155,12 +194,6 @@ class Families:
         if self.op == "spmm":
             return LoopNest(i_split=i_split, k_split=sparse, j_split=dense, order=ORDERS["spmm"])
         return LoopNest(i_split=i_split, k_split=DENSE_FULL, j_split=sparse, order=ORDERS["sddmm"])
-
-    def feature_names(self) -> list[str]:
-        """One-hot of the family, then each family's knobs (csr's own features come first)."""
-        return [f"is_{n}" for n in self.names] + [
-            f"{family}.{knob}" for family, spec in self.specs.items() for knob in spec.knobs
-        ]
 
     def features(self, config: Config) -> np.ndarray:
         """[family one-hot, per family and knob: a value in [0, 1] (0 for other families)]."""

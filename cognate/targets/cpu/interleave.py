@@ -94,7 +94,7 @@ def leaders(timed: dict[str, Timed], among: list[str]) -> list[str]:
 def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     """Pack, compile and check every config and library reference: the calls that may be
     timed, and the outcome so far (statuses, errors, the library inspection times)."""
-    from cognate.targets.cpu.families import build_kernel, make_call, view_of
+    from cognate.targets.cpu.families import CSR, build_kernel, family_of, make_call, view_of
     from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
     from cognate.targets.cpu.library import library_calls
     from cognate.targets.cpu.pack import TooLarge, pack
@@ -110,9 +110,11 @@ def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[st
     for entry in job["configs"]:
         key, knobs = entry["key"], entry["knobs"]
         try:
-            if knobs.get("family", "csr") != "csr" and view is None:
-                view = view_of(matrix)
-            source = matrix.csr if knobs.get("family", "csr") == "csr" else view
+            if family_of(knobs) == CSR:
+                source = matrix.csr
+            else:  # DIA / BCSR pack the structured view (S and the index maps), built once
+                view = view if view is not None else view_of(matrix)
+                source = view
             packed = pack(source, op, knobs, width=width)
             call = make_call(str(build_kernel(op, knobs, width)), packed, knobs, operands)
             start = time.perf_counter()

@@ -1,4 +1,4 @@
-"""Row clustering for reordered BCSR (DESIGN section 10): similar rows next to each other.
+"""Row clustering for reordered BCSR (docs/architecture.md, Structured sparsity): similar rows next to each other.
 
 ``cluster_rows(csr, blend)`` returns ``order`` (int32, ``order[new_position] = old_row``)
 that places rows with similar column sets consecutively, so that r consecutive rows pack
@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +45,7 @@ from scipy.sparse.csgraph import connected_components
 from cognate.build import compile_c, load_library
 from cognate.errors import CognateError
 from cognate.paths import cognate_home
+from cognate.util import atomic_path
 
 ALGORITHM_VERSION = 1  # bump when the order for a given (matrix, blend) changes
 _HASHES = 8
@@ -251,12 +251,9 @@ def cached_cluster_rows(csr: sp.csr_matrix, key: str, blend: float) -> np.ndarra
     if cached is not None:
         return cached
     order = cluster_rows(csr, blend)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as stream:  # a file object: np.save would append .npy to a name
-            np.save(stream, order, allow_pickle=False)
-        os.replace(tmp, path)  # atomic: concurrent readers see the old file or the new one
+    try:  # atomic: concurrent readers see the old file or the new one
+        with atomic_path(path) as tmp, open(tmp, "wb") as stream:
+            np.save(stream, order, allow_pickle=False)  # a file object: no .npy appended
     except OSError:
         pass  # a cache that cannot be written costs only the recomputation next time
     finally:

@@ -29,7 +29,8 @@ from pydantic import BaseModel, ConfigDict
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.space import LoopNest, Space, load_space_spec, space_file
-from cognate.targets.cpu.family_space import Families, FamilySpec
+from cognate.targets.cpu.families import CSR
+from cognate.targets.cpu.family_space import Families, FamilySpec, KernelFamily
 
 OPS: tuple[str, ...] = ("spmm", "sddmm")
 KNOBS: tuple[str, ...] = ("isplit", "ksplit", "jsplit", "order", "formats", "chunk")
@@ -97,6 +98,27 @@ def parallel_loop(order: Sequence[str]) -> str:
     return "i1" if list(order).index("i1") < list(order).index("j1") else "j1"
 
 
+class CsrFamily:
+    """WACO's SuperSchedule as one kernel family of the cpu space (see ``KernelFamily``)."""
+
+    name = CSR
+
+    def __init__(self, space: CpuSpace) -> None:
+        self.space = space
+
+    def validate(self, knobs: Mapping[str, Any]) -> Config:
+        return self.space.validate_csr(knobs)
+
+    def check_shape(self, config: Config, shape: tuple[int, int]) -> None:
+        self.space.check_csr_shape(config, shape)
+
+    def loop_nest(self, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
+        return self.space.csr_loop_nest(config)
+
+    def describe(self, config: Config) -> str:
+        return self.space.describe_csr(config)
+
+
 class CpuSpace(Space):
     """WACO's SuperSchedule for one op, read from ``configs/cpu-<op>.yaml``."""
 
@@ -119,10 +141,16 @@ class CpuSpace(Space):
         self._all_orders: list[tuple[str, ...]] = list(itertools.permutations(self.loops))
         self._order_index = {o: n for n, o in enumerate(self._all_orders)}
         self._exempt = {tuple(o) for o in spec.rules.exempt_orders}
+        self.families = Families(op, spec.families, str(space_file(self.name)))
+        # One interface per kernel family (validate, check_shape, loop_nest, describe):
+        # WACO's CSR space here, DIA and BCSR in family_space.py.
+        self._kernel_families: dict[str, KernelFamily] = {
+            CSR: CsrFamily(self),
+            **{name: self.families.family(name) for name in self.families.specs},
+        }
         self._baseline = self.validate(spec.baseline)
         self._generator_orders = self._filter_orders()
         self.compatible_versions: tuple[str, ...] = tuple(spec.compatible_versions)
-        self.families = Families(op, spec.families, str(space_file(self.name)))
 
     def accepts_version(self, version: str) -> bool:
         """Current, or a listed earlier version whose records are this space's csr family."""
@@ -199,10 +227,22 @@ class CpuSpace(Space):
         """
         if not isinstance(knobs, Mapping):
             raise self._error(f"knobs must be a mapping, got {type(knobs).__name__}")
-        if "family" in knobs:
-            if knobs["family"] != "csr":
-                return self.families.validate(knobs)
-            knobs = {k: v for k, v in knobs.items() if k != "family"}
+        return self.kernel_family(knobs).validate(knobs)
+
+    def kernel_family(self, knobs: Mapping[str, Any]) -> KernelFamily:
+        """The kernel family a config's knobs belong to (``family`` knob, csr when absent)."""
+        name = knobs.get("family", CSR)
+        family = self._kernel_families.get(name) if isinstance(name, str) else None
+        if family is None:
+            raise CognateError(
+                f"cpu {self.op} config: family={str(name)[:40]!r} is not one of"
+                f" {', '.join(self._kernel_families)}"
+            )
+        return family
+
+    def validate_csr(self, knobs: Mapping[str, Any]) -> Config:
+        """The WACO CSR family's validation (``family: csr`` dropped, see ``validate``)."""
+        knobs = {k: v for k, v in knobs.items() if k != "family"}
         unknown = sorted(str(k) for k in knobs if k not in KNOBS)
         if unknown:
             raise self._error(f"unknown knob(s) {', '.join(unknown)}; expected {', '.join(KNOBS)}")
@@ -241,9 +281,9 @@ class CpuSpace(Space):
         A split at least the whole dimension (the smallest power of two covering it) gives the
         same loop nest as any larger one, only with more padding, so larger ones are refused.
         """
-        if "family" in config.knobs:
-            self.families.check_shape(config, shape)
-            return
+        self.kernel_family(config.knobs).check_shape(config, shape)
+
+    def check_csr_shape(self, config: Config, shape: tuple[int, int]) -> None:
         for var, dim in self.dims(shape).items():
             knob = self.split_knob[var]
             cap = 1 << max(0, (dim - 1).bit_length())
@@ -263,9 +303,11 @@ class CpuSpace(Space):
         return [o for o in self._all_orders if self.order_problem(o, dense_split) is None]
 
     def loop_nest(self, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
-        """Identity: the cpu knobs are the loop vocabulary (SDDMM keeps its i, j, k names)."""
-        if "family" in config.knobs:
-            return self.families.loop_nest(config, width)
+        """Identity: the cpu knobs are the loop vocabulary (SDDMM keeps its i, j, k names);
+        the DIA / BCSR families' loops in family_space.py."""
+        return self.kernel_family(config.knobs).loop_nest(config, shape, width)
+
+    def csr_loop_nest(self, config: Config) -> LoopNest:
         return LoopNest(
             i_split=config["isplit"],
             k_split=config["ksplit"],
@@ -285,12 +327,14 @@ class CpuSpace(Space):
 
     def family(self, config: Config) -> str:
         """csr (no ``family`` knob), dia or bcsr."""
-        return str(config.knobs.get("family", "csr"))
+        return self.kernel_family(config.knobs).name
 
     def describe(self, config: Config) -> str:
+        """The config in one line, in its family's words."""
+        return self.kernel_family(config.knobs).describe(config)
+
+    def describe_csr(self, config: Config) -> str:
         """WACO-like one line: splits, order, A's levels in storage order, parallel loop."""
-        if "family" in config.knobs:
-            return self.families.describe(config)
         order = list(config["order"])
         fmt = dict(zip(self.levels, config["formats"], strict=True))
         storage = " ".join(f"{lvl}:{fmt[lvl]}" for lvl in order if lvl in fmt)

@@ -1,6 +1,6 @@
 """The structured matrix S behind a (possibly permuted) matrix A, and the maps between them.
 
-A permuted structured matrix (DESIGN section 10) is A[row_perm[i], col_perm[j]] = S[i, j]:
+A permuted structured matrix (docs/architecture.md, Structured sparsity) is A[row_perm[i], col_perm[j]] = S[i, j]:
 the structure (diagonals, blocks) lives in S. The DIA and BCSR families pack S and absorb
 the permutation in their kernels' index maps: B rows are read through ``col_map``
 (= col_perm), C rows written through ``row_map`` (= row_perm), so no shuffle pass runs.

@@ -3,7 +3,7 @@
 A is packed and the kernel compiled once per dense width; each call reads the caller's dense
 operands in place and writes into ``out`` (or one fresh array). numpy arrays and torch CPU
 tensors are both accepted, so the kernel drops into a PyTorch layer. Copying B in and C out
-on each call used to cost more than the SpMM itself on matrices under ~100k nnz (DESIGN 11).
+on each call used to cost more than the SpMM itself on matrices under ~100k nnz (docs/architecture.md, Facts measured here).
 """
 
 from __future__ import annotations
@@ -248,6 +248,11 @@ class ScheduleKernel:
     def __init__(self, matrix: Matrix, op: str, config: Config) -> None:
         self.matrix, self.op, self.config = matrix, op, config
         self._by_width: dict[int, TunedKernel] = {}
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """The dense widths packed and compiled so far."""
+        return tuple(sorted(self._by_width))
 
     def __call__(self, *operands: Any, out: Any = None) -> Any:
         shape = getattr(operands[0], "shape", None) if operands else None

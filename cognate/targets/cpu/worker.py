@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from cognate import util
 from cognate.lifetime import die_with_parent
 from cognate.targets.cpu.families import StructuredView, family_of, make_call, view_of
 from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
@@ -37,7 +38,8 @@ OPERAND_SEED = 20230325  # dense inputs are the same for every config of a matri
 
 
 def one_line(text: object) -> str:
-    return " ".join(str(text).split())[:400]
+    """A record's error text: one line of at most 400 characters."""
+    return util.one_line(text, 400)
 
 
 class _MatrixState:

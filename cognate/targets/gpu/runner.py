@@ -33,6 +33,7 @@ from cognate.runner import Measurement, Runner
 from cognate.targets.gpu.kernels import load_kernels
 from cognate.targets.gpu.problem import Problem, make_problem
 from cognate.targets.gpu.space import GpuSpace
+from cognate.util import describe
 
 
 def interpreter_on() -> bool:
@@ -48,8 +49,7 @@ def _import_torch():
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or "no message"
-    return f"{type(exc).__name__}: {text[:300]}"
+    return describe(exc, 300 + len(type(exc).__name__) + 2)
 
 
 @dataclass

@@ -5,7 +5,7 @@ Every knob value ends up in compiled code (Triton constexprs and launch options)
 YAML's value sets are themselves checked against hard limits here, and a config is legal
 only if each knob holds a value from its set.
 
-Mapping (DESIGN section 7), by the role each knob plays in the kernel's loops:
+Mapping (docs/architecture.md, Transfer), by the role each knob plays in the kernel's loops:
 
     SpMM   rows_per_program -> I,  dense_tile -> J,  nnz_step -> K
            kernel nest  i1 j1 i0 k1 k0 j0  (grid over row blocks x dense tiles, the rows of

@@ -10,17 +10,16 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, ValidationError
 
 from cognate.build import compile_c, load_library
 from cognate.errors import CognateError
 from cognate.paths import configs_dir, kernels_dir
+from cognate.util import load_yaml
 
 CORE_SOURCE = "spade/spade_sim.c"
 
@@ -98,11 +97,11 @@ class Machine(BaseModel):
 def load_machine(name: str = "spade") -> Machine:
     """Read and validate ``configs/<name>.yaml``."""
     path = configs_dir() / f"{name}.yaml"
+    if not path.is_file():
+        raise CognateError(f"{path}: no such machine file")
     try:
-        return Machine.model_validate(yaml.safe_load(path.read_text()))
-    except FileNotFoundError:
-        raise CognateError(f"{path}: no such machine file") from None
-    except (yaml.YAMLError, ValidationError) as exc:
+        return Machine.model_validate(load_yaml(path, "machine file"))
+    except ValidationError as exc:
         first = str(exc).splitlines()
         raise CognateError(f"{path}: bad machine file: {' '.join(first[:3])}") from None
 
@@ -262,7 +261,3 @@ def simulate(
             f"spade simulator lost work: {counters['nnz_passes']:.0f} of {expected} nonzero passes"
         )
     return SimResult(counters["cycles"] / (machine.clock_ghz * 1e9), counters, busy)
-
-
-def core_source_path() -> Path:
-    return kernels_dir() / CORE_SOURCE

@@ -3,10 +3,10 @@
 Knobs: ``rp`` (rows per row panel), ``cp`` (columns per column panel, or "all"),
 ``barrier``, ``bypass``, ``split`` (dense passes per tile) and ``sched`` (static | dynamic).
 
-Mapping into the CPU loop vocabulary (DESIGN 7): RP -> I, CP -> K (all -> ncols), the dense
+Mapping into the CPU loop vocabulary (docs/architecture.md, Transfer): RP -> I, CP -> K (all -> ncols), the dense
 split -> J = ceil(width / split) (the dense columns one pass over a tile covers; a strip
 never exceeds its dimension, as in WACO), barrier -> order ``k1 i1 i0 k0 j1 j0`` (column
-panels outermost), no barrier -> ``i1 k1 i0 k0 j1 j0``. The order is fixed by DESIGN 7; in
+panels outermost), no barrier -> ``i1 k1 i0 k0 j1 j0``. The order is fixed by docs/architecture.md, Transfer; in
 the simulator the pass loop j1 sits between the tile loops and the nonzeros of the tile.
 ``bypass`` and ``sched`` have no loop-nest meaning and are the raw knob features.
 """
