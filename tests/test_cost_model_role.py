@@ -1,0 +1,134 @@
+"""The CostModel role: load / save / update / predict, the same for every kind of model,
+and the featurizer's cheap-statistics input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cognate.io import load_matrix
+from cognate.model.cost_model import CostModel, LearnedModel, RandomModel
+from cognate.model.preset import preset_from_dict
+from cognate.model.statistics import N_STATISTICS, matrix_statistics, scaled_statistics
+from cognate.model.train import MatrixRuns, train
+from cognate.synth import generate
+from cognate.targets import get_target
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+WIDTH = 32
+
+
+def tiny_preset(statistics: bool, epochs: int = 3):
+    return preset_from_dict(
+        "tiny",
+        {
+            "featurizer": {
+                "channels": [4, 4, 4],
+                "embed_hidden": [16],
+                "embedding_dim": 8,
+                "statistics": statistics,
+            },
+            "predictor": {"hidden": [32]},
+            "train": {"lr": 0.003, "configs_per_step": 64, "epochs": epochs, "patience": epochs},
+        },
+    )
+
+
+@pytest.fixture(scope="module")
+def space():
+    return get_target("spade").space("spmm")
+
+
+@pytest.fixture(scope="module")
+def runs(suitesparse_files, space) -> list[MatrixRuns]:
+    """Every 8th spade config (and the baseline) simulated on 6 small shared matrices."""
+    runner = get_target("spade").runner()
+    out = []
+    for path in suitesparse_files:
+        matrix = load_matrix(path)
+        if matrix.nnz > 20_000:
+            continue
+        base = space.baseline(matrix.shape)
+        configs = space.candidates()[::8]
+        todo = configs if base in configs else [*configs, base]
+        measured = [m for m in runner.measure(matrix, "spmm", WIDTH, todo) if m.status == "ok"]
+        cfgs = [m.config for m in measured]
+        runtimes = np.array([m.runtime_s for m in measured])
+        out.append(MatrixRuns(matrix, WIDTH, cfgs, runtimes, cfgs.index(base)))
+        if len(out) == 6:
+            break
+    assert len(out) == 6
+    return out
+
+
+def test_statistics_are_scaled_finite_and_tell_structures_apart() -> None:
+    banded = generate("banded", 4096, 4096, nnz=40000, seed=1, bandwidth=8).csr
+    uniform = generate("uniform", 4096, 4096, nnz=40000, seed=1).csr
+    for a in (banded, uniform):
+        scaled = scaled_statistics(a)
+        assert scaled.shape == (N_STATISTICS,) and scaled.dtype == np.float32
+        assert np.isfinite(scaled).all() and np.abs(scaled).max() < 4
+    # same shape and nnz: only the structure statistics differ, and they do
+    raw_b, raw_u = matrix_statistics(banded), matrix_statistics(uniform)
+    assert np.allclose(raw_b[:4], raw_u[:4])
+    assert raw_b[11] > 0.9 > 0.1 > raw_u[11]  # diagonal concentration
+
+
+def test_a_statistics_model_trains_saves_and_loads(runs, space, tmp_path: Path) -> None:
+    result = train(runs, space, tiny_preset(statistics=True), seed=1)
+    assert result.model.featurizer.mlp[0].in_features == 4 * 3 + 3 + N_STATISTICS
+    model = LearnedModel(result.model, _encoder(space), result.metadata, space)
+    path = model.save(tmp_path / "stats.safetensors")
+    loaded = CostModel.load(path, space)
+    assert isinstance(loaded, LearnedModel) and loaded.path == path
+    assert loaded.network.preset.featurizer.statistics is True
+    run = runs[0]
+    np.testing.assert_allclose(
+        loaded.predict(run.matrix, run.configs, WIDTH),
+        model.predict(run.matrix, run.configs, WIDTH),
+        rtol=1e-5,
+        atol=1e-6,
+    )
+
+
+def _encoder(space):
+    from cognate.model.encoding import make_encoder
+
+    return make_encoder(space)
+
+
+def test_update_trains_on_new_runs_and_says_so(runs, space, tmp_path: Path) -> None:
+    """update(runs) continues from the current weights on more measurements: the scores
+    move, the metadata lists the update, and the saved model keeps both."""
+    first = train(runs[:3], space, tiny_preset(statistics=False, epochs=2), seed=0)
+    model = LearnedModel(first.model, _encoder(space), first.metadata, space)
+    run = runs[4]
+    before = model.predict(run.matrix, run.configs, WIDTH)
+    weights = {k: v.clone() for k, v in model.network.state_dict().items()}
+    model.update(runs[2:], seed=3)
+    after = model.predict(run.matrix, run.configs, WIDTH)
+    changed = [k for k, v in model.network.state_dict().items() if not torch.equal(v, weights[k])]
+    assert changed and not np.allclose(before, after)
+    (update,) = model.metadata["updates"]
+    assert sorted(update["matrices"]) == sorted(r.matrix.name for r in runs[2:])
+    reloaded = CostModel.load(model.save(tmp_path / "updated.safetensors"), space)
+    np.testing.assert_allclose(reloaded.predict(run.matrix, run.configs, WIDTH), after, rtol=1e-5)
+    with pytest.raises(Exception, match="at least 2 matrices"):
+        model.update(runs[:1])
+
+
+def test_random_model_is_a_fixed_function_and_a_loadable_file(runs, space, tmp_path) -> None:
+    model = RandomModel(space, seed=5)
+    run = runs[0]
+    scores = model.predict(run.matrix, run.configs, WIDTH)
+    assert np.array_equal(scores, model.predict(run.matrix, run.configs, WIDTH))
+    assert not np.array_equal(scores, RandomModel(space, 6).predict(run.matrix, run.configs, WIDTH))
+    model.update(runs)  # nothing to learn
+    loaded = CostModel.load(model.save(tmp_path / "r.json"), space)
+    assert np.array_equal(loaded.predict(run.matrix, run.configs, WIDTH), scores)
+    other = get_target("spade").space("sddmm")
+    with pytest.raises(Exception, match="model is for target spade, op spmm"):
+        CostModel.load(tmp_path / "r.json", other)
