@@ -36,16 +36,16 @@ def random_matrix(rows: int, nnz: int, seed: int):
 
 def load(model: Path | None, preset: str, space):
     from cognate.errors import CognateError
+    from cognate.model.cost_model import CostModel, LearnedModel, shipped_model_path
     from cognate.model.encoding import make_encoder
     from cognate.model.predictor import RankingNetwork
     from cognate.model.preset import load_preset
-    from cognate.search import LoadedModel, load_model, shipped_model_path
 
     path = model or shipped_model_path("cpu", space.op)
     why = "no model file"
     if path.is_file():
         try:
-            return load_model(path, space), str(path)
+            return CostModel.load(path, space), str(path)
         except CognateError as err:  # e.g. trained for an older version of the space
             if model is not None:
                 raise
@@ -53,7 +53,7 @@ def load(model: Path | None, preset: str, space):
     encoder = make_encoder(space)
     cost = RankingNetwork(load_preset(preset), encoder.dim).eval()
     name = f"untrained {preset} (shipped model unusable: {why})"
-    return LoadedModel(Path(f"untrained-{preset}"), cost, encoder, {}), name
+    return LearnedModel(cost, encoder, {}, space, Path(f"untrained-{preset}")), name
 
 
 def main() -> None:

@@ -16,26 +16,23 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-import torch
 
-from cognate.cli.pretrain import load_runs
 from cognate.evaluate.baselines import all_baselines
 from cognate.evaluate.stats import bootstrap_ci, mean_of_ratio
-from cognate.model.train import Embedder, encode_all, load_checkpoint, read_metadata
+from cognate.model.cost_model import CostModel
+from cognate.model.train import read_metadata
+from cognate.records import load_runs
 from cognate.targets import get_target
 
 
-def model_picks(model, encoder, runs) -> tuple[dict[str, float], dict[str, float]]:
-    encode_all(runs, encoder)
-    embeddings = Embedder(model).all(runs)
+def model_picks(model: CostModel, runs) -> tuple[dict[str, float], dict[str, float]]:
+    """Per matrix: speedup over the baseline of the model's top-1 and best of its top-5."""
     top1, top5 = {}, {}
-    with torch.no_grad():
-        for run in runs:
-            scores = model.score(embeddings[run.key], run.width, run.features).numpy()
-            order = np.argsort(scores, kind="stable")
-            base = run.runtimes[run.baseline]
-            top1[run.matrix.name] = float(base / run.runtimes[order[0]])
-            top5[run.matrix.name] = float(base / run.runtimes[order[:5]].min())
+    for run in runs:
+        order = np.argsort(model.predict(run.matrix, run.configs, run.width), kind="stable")
+        base = run.runtimes[run.baseline]
+        top1[run.matrix.name] = float(base / run.runtimes[order[0]])
+        top5[run.matrix.name] = float(base / run.runtimes[order[:5]].min())
     return top1, top5
 
 
@@ -52,9 +49,7 @@ def main() -> None:
     runs = [r for r in load_runs(args.db, space) if r.baseline is not None]
     train = [r for r in runs if r.key in split["train"]]
     test = [r for r in runs if r.key in split["test"]]
-    model, encoder, _ = load_checkpoint(args.model, space)
-    model.eval()
-    mine1, mine5 = model_picks(model, encoder, test)
+    mine1, mine5 = model_picks(CostModel.load(args.model, space), test)
     names = sorted(mine1)
     oracle = {r.matrix.name: float(r.runtimes[r.baseline] / r.runtimes.min()) for r in test}
     row = lambda d: np.array([[d[n] for n in names]])  # noqa: E731 - (1, matrices)

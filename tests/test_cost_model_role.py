@@ -132,3 +132,19 @@ def test_random_model_is_a_fixed_function_and_a_loadable_file(runs, space, tmp_p
     other = get_target("spade").space("sddmm")
     with pytest.raises(Exception, match="model is for target spade, op spmm"):
         CostModel.load(tmp_path / "r.json", other)
+
+
+def test_log_gap_pair_weights_count_costly_swaps_more() -> None:
+    from cognate.model.predictor import ranking_loss
+
+    runtimes = torch.tensor([1.0, 1.1, 4.0])
+    # the scores swap the near-tie (1.0 vs 1.1) and order 4.0 last: small weighted loss
+    near = torch.tensor([0.2, 0.0, 1.0])
+    # the scores put the 4x-slower config first: large weighted loss
+    far = torch.tensor([0.5, 0.6, 0.0])
+    uniform = [float(ranking_loss(s, runtimes, 0.1)) for s in (near, far)]
+    weighted = [float(ranking_loss(s, runtimes, 0.1, pair_weight="log_gap")) for s in (near, far)]
+    assert weighted[1] / weighted[0] > uniform[1] / uniform[0]
+    hinge = torch.relu(0.1 - (near[[1, 2, 2]] - near[[0, 0, 1]]))
+    gap = torch.log(torch.tensor([1.1, 4.0, 4.0 / 1.1]))
+    assert weighted[0] == pytest.approx(float((hinge * gap).sum() / gap.sum()))

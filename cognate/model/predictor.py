@@ -80,18 +80,30 @@ def ordered_pairs(runtimes: torch.Tensor, tie_rtol: float) -> tuple[torch.Tensor
 
 
 def ranking_loss(
-    scores: torch.Tensor, runtimes: torch.Tensor, margin: float, tie_rtol: float = 0.0
+    scores: torch.Tensor,
+    runtimes: torch.Tensor,
+    margin: float,
+    tie_rtol: float = 0.0,
+    pair_weight: str = "uniform",
 ) -> torch.Tensor:
     """Mean of max(0, margin - (score_slow - score_fast)) over all non-tied pairs.
 
     Pushes each faster config's score at least ``margin`` below each slower one's; tied
     pairs are left out entirely, so they carry no gradient. Zero (with a graph) when no
-    pair is ordered.
+    pair is ordered. ``pair_weight="log_gap"`` weights each pair by log(slow / fast) (a
+    weighted mean): a swap that costs 2x counts more than one that costs 5%, which is what
+    a top-1 pick pays for.
     """
     fast, slow = ordered_pairs(runtimes, tie_rtol)
     if fast.numel() == 0:
         return scores.sum() * 0.0
-    return torch.relu(margin - (scores[slow] - scores[fast])).mean()
+    hinge = torch.relu(margin - (scores[slow] - scores[fast]))
+    if pair_weight == "uniform":
+        return hinge.mean()
+    if pair_weight != "log_gap":
+        raise ValueError(f"unknown pair weight {pair_weight!r}")
+    gap = torch.log(runtimes[slow] / runtimes[fast]).to(hinge.dtype)
+    return (hinge * gap).sum() / gap.sum()
 
 
 def pairwise_accuracy(scores: torch.Tensor, runtimes: torch.Tensor, tie_rtol: float = 0.0) -> float:

@@ -42,6 +42,8 @@ class TrainSpec(_Strict):
     patience: int = Field(8, ge=1)
     val_fraction: float = Field(0.2, gt=0, lt=1)
     early_stop_metric: Literal["pairwise_accuracy", "top1", "top5"] = "pairwise_accuracy"
+    # How the ranking loss weights a pair: uniform, or by log(slow / fast) runtime.
+    pair_weight: Literal["uniform", "log_gap"] = "uniform"
 
 
 class ModelPreset(_Strict):

@@ -355,7 +355,8 @@ def _step_loss(
     if emb is None:
         emb = embedder(run)
     scores = model.score(emb, run.width, run.features[pick])
-    return ranking_loss(scores, torch.from_numpy(run.runtimes[pick]), spec.margin, spec.tie_rtol)
+    runtimes = torch.from_numpy(run.runtimes[pick])
+    return ranking_loss(scores, runtimes, spec.margin, spec.tie_rtol, spec.pair_weight)
 
 
 # --- checkpoints ---------------------------------------------------------------------------
