@@ -78,6 +78,7 @@ def _precompile(op: str, configs: list[dict], width: int = WIDTH) -> None:
         list(pool.map(compile_structure, structures))
 
 
+@pytest.mark.slow  # 40-60 kernels compiled per op; test_sampled_configs_match_scipy is the fast one
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
 def test_every_legal_order_and_format_matches_scipy(shared: Path, op: str) -> None:
     square, rectangular = _load(shared, "west0479"), _load(shared, "lp_share1b")
