@@ -3,24 +3,40 @@
 from __future__ import annotations
 
 import os
+from importlib import resources
 from pathlib import Path
 
+# The source checkout (editable installs) or, in an installed wheel, site-packages.
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def _package_data() -> Path | None:
+    """``cognate/_data`` in an installed wheel (setup.py copies configs/, kernels/ and
+    data/models/ there); None in a source checkout, where the folders stay at the root."""
+    root = resources.files("cognate") / "_data"
+    return root if isinstance(root, Path) and root.is_dir() else None
+
+
+def _shipped(name: str, source: str) -> Path:
+    data = _package_data()
+    return data / name if data is not None else REPO_ROOT / source
+
+
 def configs_dir() -> Path:
-    """The YAML spaces and presets (configs/ at the repository root)."""
-    return REPO_ROOT / "configs"
+    """The YAML spaces and presets (configs/ at the repository root; shipped in the wheel)."""
+    return _shipped("configs", "configs")
 
 
 def kernels_dir() -> Path:
-    """Kernel sources and templates (kernels/ at the repository root)."""
-    return REPO_ROOT / "kernels"
+    """Kernel sources and templates (kernels/ at the repository root; shipped in the wheel)."""
+    return _shipped("kernels", "kernels")
 
 
 def data_dir() -> Path:
-    """Small files the product ships (shipped models and their provenance)."""
-    return REPO_ROOT / "data"
+    """Small files the product ships: ``data_dir() / "models"`` holds the shipped models and
+    their provenance (data/models/ at the repository root; shipped in the wheel)."""
+    data = _package_data()
+    return data if data is not None else REPO_ROOT / "data"
 
 
 def cognate_home() -> Path:

@@ -15,7 +15,6 @@ best sampled config against torch.sparse.sampled_addmm.
 from __future__ import annotations
 
 import argparse
-import glob
 import math
 import os
 import statistics
@@ -34,11 +33,10 @@ def _early_threads() -> None:
 
 
 _early_threads()
-# sparse_dot_mkl finds MKL through MKL_RT; the pip `mkl` package puts it in the venv's lib.
-if "MKL_RT" not in os.environ:
-    found = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
-    if found:
-        os.environ["MKL_RT"] = found[-1]
+
+from cognate.targets.cpu.library import export_mkl_rt_env  # noqa: E402
+
+export_mkl_rt_env()  # sparse_dot_mkl finds MKL through $MKL_RT
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -48,10 +46,9 @@ from rich.table import Table  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
-from cognate.targets.cpu.codegen import compile_structure  # noqa: E402
 from cognate.targets.cpu.kernel import KernelCall, dense_operands, mismatch, reference  # noqa: E402
-from cognate.targets.cpu.pack import TooLarge, pack  # noqa: E402
-from cognate.targets.cpu.runner import CpuRunner  # noqa: E402
+from cognate.targets.cpu.pack import TooLarge  # noqa: E402
+from cognate.targets.cpu.runner import CpuRunner, prepare_kernel  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
 from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402
 
@@ -67,13 +64,9 @@ def load_matrices(args: argparse.Namespace) -> list[Matrix]:
         paths = [p for p in paths if any(name in p.name for name in args.matrices)]
     matrices = [load_matrix(p) for p in paths[: args.limit or None]]
     if args.synthetic_nnz:
-        from cognate.synth import generate
+        from cognate.synth import synthetic_pair
 
-        rows = max(1000, args.synthetic_nnz // 10)  # about 10 nonzeros per row
-        for kind in ("uniform", "rmat"):
-            matrix = generate(kind, rows, rows, nnz=args.synthetic_nnz, seed=1)
-            matrix.name = f"synth-{kind}"
-            matrices.append(matrix)
+        matrices += synthetic_pair(args.synthetic_nnz)
     return matrices
 
 
@@ -93,8 +86,8 @@ def time_rounds(impls: dict[str, Callable[[], object]], rounds: int) -> dict[str
 def kernel_call(
     matrix: Matrix, op: str, knobs: dict, operands: tuple[np.ndarray, ...]
 ) -> KernelCall:
-    packed = pack(matrix.csr, op, knobs, width=operands[0].shape[1])
-    return KernelCall(str(compile_structure(packed.structure)), packed, knobs, operands)
+    """A packed, compiled kernel reading ``operands`` in place (the package's own call)."""
+    return prepare_kernel(matrix, op, knobs, *operands)
 
 
 def top_sampled(

@@ -12,17 +12,14 @@ all timed in this process in interleaved rounds; medians, GFLOP/s and ratios.
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import statistics
-import sys
 import time
 from collections.abc import Callable
 
-if "MKL_RT" not in os.environ:  # the pip `mkl` package puts libmkl_rt in the venv
-    found = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
-    if found:
-        os.environ["MKL_RT"] = found[-1]
+from cognate.targets.cpu.library import export_mkl_rt_env
+
+export_mkl_rt_env()  # sparse_dot_mkl finds MKL through $MKL_RT
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

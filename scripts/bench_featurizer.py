@@ -46,7 +46,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0 = default)")
     parser.add_argument("--rows", type=int, default=0, help="rows = cols (0 = nnz / 10)")
     # Once MinkowskiEngine has run, torch ops in the same process ran ~10x slower here
-    # (OpenMP runtimes clash, DESIGN section 11): time torch alone with --backends torch.
+    # (OpenMP runtimes clash, docs/architecture.md, Facts measured here): time torch alone with --backends torch.
     parser.add_argument("--backends", default="torch,minkowski", help="subset to time")
     args = parser.parse_args()
     if args.threads:

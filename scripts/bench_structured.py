@@ -1,6 +1,6 @@
 """Benchmark structured-sparse NN layers (issue 10): tuned schedule vs MKL CSR vs dense matmul.
 
-Workloads (cognate.synth, DESIGN section 10): k-diagonal, block and N:M masks of the layer
+Workloads (cognate.synth, docs/architecture.md, Structured sparsity): k-diagonal, block and N:M masks of the layer
 shapes 768x768, 768x3072, 3072x768, 4096x4096, and the k-diagonal ones with random row and
 column permutations (carried as index maps). For each matrix and B width, in ONE process:
 dense ``torch.mm`` on the dense weight, MKL CSR (``sparse_dot_mkl``), the cpu space's
@@ -24,7 +24,6 @@ and torch write into preallocated outputs too).
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import statistics
 import sys
@@ -45,11 +44,10 @@ def _early_threads() -> int:
 
 
 THREADS = _early_threads()
-# sparse_dot_mkl finds MKL through MKL_RT; the pip `mkl` package puts it in the venv's lib.
-if "MKL_RT" not in os.environ:
-    found = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
-    if found:
-        os.environ["MKL_RT"] = found[-1]
+
+from cognate.targets.cpu.library import export_mkl_rt_env  # noqa: E402
+
+export_mkl_rt_env()  # sparse_dot_mkl finds MKL through $MKL_RT
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

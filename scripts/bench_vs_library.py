@@ -77,12 +77,10 @@ def matrices(args: argparse.Namespace) -> list[Matrix]:
         except CognateError as exc:
             print(f"skipped {path.name}: {exc}", file=sys.stderr)
     if args.synthetic_nnz:
-        from cognate.synth import generate
+        from cognate.synth import synthetic_pair
 
-        rows = max(1000, args.synthetic_nnz // 10)  # about 10 nonzeros per row
-        for kind in ("uniform", "rmat"):
-            matrix = generate(kind, rows, rows, nnz=args.synthetic_nnz, seed=1)
-            matrix.name = f"synth-{kind}-{matrix.nnz}"
+        for matrix in synthetic_pair(args.synthetic_nnz):
+            matrix.name = f"{matrix.name}-{matrix.nnz}"
             found.append(matrix)
     return found
 

@@ -3,7 +3,7 @@
 #
 #   scripts/install_minkowski.sh [TARGET_VENV]      (default: $VIRTUAL_ENV, else ./.venv)
 #
-# Why a recipe and not `pip install MinkowskiEngine` (DESIGN section 11): its setup.py
+# Why a recipe and not `pip install MinkowskiEngine` (docs/architecture.md, Facts measured here): its setup.py
 # needs numpy.distutils (numpy < 2) and setuptools < 70, which conflict with the project's
 # own environment, so the wheel is built in a separate build venv holding the SAME torch
 # (the extension links against torch's ABI) and then installed with --no-deps.

@@ -12,7 +12,7 @@ real matrices).
 ``base`` (default) writes the first 30 files, byte-identical to the corpus the stored records
 were collected on (their permuted variants are saved as the plain logical matrix A, as they
 always were). ``extra`` writes ~40 more (nnz 20k..400k, mostly <= 200k): generic kinds of
-varied sizes and the layer masks of DESIGN section 10, permuted ones with their index maps.
+varied sizes and the layer masks of docs/architecture.md, Structured sparsity, permuted ones with their index maps.
 ``scale`` writes 304 matrices of the realistic kinds (``cognate.synth.SCALE_KINDS``), sizes
 log-uniform over 10^4..5x10^6 nnz within every kind, seeds fixed, plus ``manifest.csv``
 (name, kind, seed, options, shape, nnz, sha256 of the file) so the corpus is reproducible

@@ -15,7 +15,11 @@ of the model's top-1 and best-of-top-5, mean and min..max over seeds. "random pi
 expected speedup of a uniformly random config, the floor; "oracle" the best config.
 Reads the db only (snapshot a db that is being written with sqlite3 .backup first).
 The full protocol (settings chosen on validation, TL vs NT over K, bootstrap CIs, plots,
-report.md) is `cognate evaluate`; this script is the quick single-K table.
+report.md) is `cognate evaluate`; this script is the quick single-K table. It stays because
+it does one thing `cognate evaluate` does not: ``--source synthetic`` (pretrain on the
+target's own synthetic matrices, test on its real ones: a transfer across matrix
+populations; docs/transfer.md's issue 6 results were run that way), where evaluate's only
+fallback source is the target's other op.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cognate.cli.pretrain import load_runs
+from cognate.records import load_runs
 from cognate.evaluate.harness import random_pick
 from cognate.evaluate.stats import geomean
 from cognate.model.preset import preset_from_dict

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-# Triton kernels must see this before their module is imported (DESIGN section 11).
+# Triton kernels must see this before their module is imported (docs/architecture.md, Facts measured here).
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from pathlib import Path  # noqa: E402

@@ -58,6 +58,8 @@ def as_lists(pairs) -> list[tuple[list[int], list[int]]]:
     return [(d.tolist(), s.tolist()) for d, s in pairs]
 
 
+@pytest.mark.slow  # the per-offset reference on whole real matrices; test_sparseconv's
+# test_kernel_map_equals_brute_force is the fast check of the same maps
 def test_fast_maps_equal_reference_on_real_matrices(real_matrices) -> None:
     layers = Featurizer(shipped_featurizer("spade-spmm").spec).layers()
     for matrix in real_matrices:
@@ -70,7 +72,8 @@ def test_fast_maps_equal_reference_on_real_matrices(real_matrices) -> None:
             points = kmap.out_points
 
 
-@pytest.mark.parametrize("model", SHIPPED)
+# One shipped featurizer in the default suite; the second (same code, other weights) is slow.
+@pytest.mark.parametrize("model", [SHIPPED[0], pytest.param(SHIPPED[1], marks=pytest.mark.slow)])
 def test_shipped_embeddings_fast_equal_reference(real_matrices, model, monkeypatch) -> None:
     # Small blocks, so that the real matrices span many of them (the block edges matter).
     monkeypatch.setattr(sparseconv, "PAIRS_PER_BLOCK", 300)

@@ -149,7 +149,7 @@ def test_space_file_values_are_checked(
     assert "gpu-spmm.yaml" in str(err.value) and message in str(err.value)
 
 
-# The mapping into the CPU loop vocabulary (DESIGN section 7): rows per program -> I,
+# The mapping into the CPU loop vocabulary (docs/architecture.md, Transfer): rows per program -> I,
 # dense tile -> J (SpMM) / K (SDDMM), nonzero step -> K (SpMM) / J (SDDMM); unit-length
 # loops sit next to their partner. Shape 1000 x 500 throughout.
 MAPPING = [
@@ -281,6 +281,7 @@ def test_row_split_over_a_dense_row(op: str, reorder: str, dense_row: Matrix) ->
     assert _run(dense_row, op, 24, knobs | {"nnz_step": 64}) is None
 
 
+@pytest.mark.slow  # whole matrices through the interpreter; the small ones above are the fast check
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
 def test_full_real_matrices(op: str, lp_share1b: Matrix, olm500: Matrix) -> None:
     """Two whole real matrices (rectangular, square) under a sample of the space."""

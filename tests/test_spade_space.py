@@ -1,4 +1,4 @@
-"""The spade spaces, the loop-nest mapping (DESIGN 7) and the runner."""
+"""The spade spaces, the loop-nest mapping (docs/architecture.md, Transfer) and the runner."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ SPADE_BASE = {"rp": 256, "cp": "all", "barrier": False, "bypass": False, "split"
 NO_BARRIER = ("i1", "k1", "i0", "k0", "j1", "j0")
 BARRIER = ("k1", "i1", "i0", "k0", "j1", "j0")
 
-# (knobs, image): the mapping of DESIGN 7, the same for both ops.
+# (knobs, image): the mapping of docs/architecture.md, Transfer, the same for both ops.
 SPADE_TABLE = [
     ({**SPADE_BASE, "sched": "static"}, LoopNest(256, 3000, 64, NO_BARRIER)),
     ({**SPADE_BASE, "rp": 16, "cp": 64, "sched": "dynamic"}, LoopNest(16, 64, 64, NO_BARRIER)),

@@ -76,6 +76,7 @@ __all__ = [
     "STRUCTURED_KINDS",
     "generate",
     "kdiag_count",
+    "synthetic_pair",
 ]
 
 GENERIC_KINDS: tuple[str, ...] = ("uniform", "rmat", "banded", "block-diagonal")
@@ -159,6 +160,19 @@ def generate(
         source += f" permute={permute}"
     name = f"{kind}_{rows}x{cols}_seed{seed}" + (f"_perm-{permute}" if permute else "")
     return Matrix(name, csr, source=source, field="real", symmetry="general", **maps)
+
+
+def synthetic_pair(nnz: int, seed: int = 1) -> list[Matrix]:
+    """The generated matrices the cpu benchmarks add to the shared ones: a uniform and an
+    R-MAT square matrix of ``nnz`` nonzeros, about 10 per row (at least 1000 rows), named
+    ``synth-uniform`` / ``synth-rmat``."""
+    rows = max(1000, nnz // 10)
+    pair = []
+    for kind in ("uniform", "rmat"):
+        matrix = generate(kind, rows, rows, nnz=nnz, seed=seed)
+        matrix.name = f"synth-{kind}"
+        pair.append(matrix)
+    return pair
 
 
 def _generic_positions(

@@ -54,6 +54,16 @@ def find_mkl_rt() -> Path | None:
     return found[-1] if found else None
 
 
+def export_mkl_rt_env() -> Path | None:
+    """Set ``$MKL_RT`` (when unset) to this environment's libmkl_rt, for sparse_dot_mkl,
+    which finds MKL through that variable; call it before sparse_dot_mkl is imported.
+    Returns the library in use, or None when there is none."""
+    path = find_mkl_rt()
+    if path is not None and MKL_ENV not in os.environ:
+        os.environ[MKL_ENV] = str(path)
+    return path
+
+
 _MKL: Any = None
 
 

@@ -1,0 +1,78 @@
+"""The package helpers the benchmark scripts use instead of their own copies: the MKL
+lookup for sparse_dot_mkl, the generated matrix pair, and bench_cpu's kernel call."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from cognate.synth import generate, synthetic_pair
+from cognate.targets.cpu import library
+from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
+from cognate.targets.cpu.space import make_space
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+
+
+def test_export_mkl_rt_env_sets_the_variable_only_when_unset(monkeypatch, tmp_path) -> None:
+    lib = tmp_path / "lib" / "libmkl_rt.so.2"
+    lib.parent.mkdir()
+    lib.write_bytes(b"")
+    monkeypatch.setattr(library.sys, "prefix", str(tmp_path))
+    monkeypatch.setenv(library.MKL_ENV, "unset")  # set-then-delete: removed afterwards
+    monkeypatch.delenv(library.MKL_ENV)
+    assert library.export_mkl_rt_env() == lib
+    assert os.environ[library.MKL_ENV] == str(lib)  # what sparse_dot_mkl reads
+    mine = tmp_path / "mine.so"
+    mine.write_bytes(b"")
+    monkeypatch.setenv(library.MKL_ENV, str(mine))
+    assert library.export_mkl_rt_env() == mine  # the user's choice is kept
+    assert os.environ[library.MKL_ENV] == str(mine)
+    monkeypatch.setenv(library.MKL_ENV, str(tmp_path / "absent.so"))
+    assert library.export_mkl_rt_env() is None
+
+
+def test_synthetic_pair_is_the_benchmarks_uniform_and_rmat() -> None:
+    pair = synthetic_pair(20_000)
+    assert [m.name for m in pair] == ["synth-uniform", "synth-rmat"]
+    assert [m.shape for m in pair] == [(2000, 2000)] * 2  # about 10 nonzeros per row
+    assert [m.nnz for m in pair] == [20_000] * 2
+    again = synthetic_pair(20_000)
+    assert all((a.csr != b.csr).nnz == 0 for a, b in zip(pair, again, strict=True))
+    assert synthetic_pair(5_000)[0].shape == (1000, 1000)  # at least 1000 rows
+
+
+@pytest.fixture
+def bench_cpu(monkeypatch):
+    # The import exports $MKL_RT: set-then-delete makes monkeypatch remove it afterwards.
+    monkeypatch.setenv(library.MKL_ENV, "unset")
+    monkeypatch.delenv(library.MKL_ENV)
+    monkeypatch.setattr(sys, "argv", [str(SCRIPTS / "bench_cpu.py")])
+    spec = importlib.util.spec_from_file_location("bench_cpu", SCRIPTS / "bench_cpu.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_bench_cpu_kernel_call_runs_every_family(bench_cpu) -> None:
+    """bench_cpu's kernels come from the package's prepare_kernel, so a sampled DIA or
+    BCSR config runs as well as the CSR baseline, and reads B in place."""
+    matrix = generate("banded", 1000, 1000, nnz=8_000, seed=0)  # DIA-friendly
+    (b,) = dense_operands("spmm", matrix.shape, 16, seed=0)
+    space = make_space("spmm")
+    configs = [space.baseline(matrix.shape)]
+    for family in ("dia", "bcsr"):
+        configs.append(next(c for c in space.sample(0, 0, matrix.shape) if c["family"] == family))
+    ref, tol = reference(matrix.csr, "spmm", (b,))
+    for config in configs:
+        call = bench_cpu.kernel_call(matrix, "spmm", dict(config.knobs), (b,))
+        call()
+        assert mismatch(call.result(), ref, tol) is None, space.describe(config)
+    b[:] = 1.0
+    call()
+    ones, tol = reference(matrix.csr, "spmm", (b,))
+    assert mismatch(call.result(), ones, tol) is None
