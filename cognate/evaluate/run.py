@@ -46,6 +46,8 @@ def resolve_db(preset: ExperimentPreset, db: Path | None, out: Path, log: Log) -
 
 def git_revision() -> str:
     root = Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():  # an installed package: no checkout to name
+        return "unknown (not a git checkout)"
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, check=True
