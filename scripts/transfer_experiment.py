@@ -33,11 +33,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cognate.records import load_runs
 from cognate.evaluate.harness import random_pick
 from cognate.evaluate.stats import geomean
 from cognate.model.preset import preset_from_dict
 from cognate.model.train import MatrixRuns, save_checkpoint, train
+from cognate.records import load_runs
 from cognate.targets import get_target
 from cognate.transfer.autoencoder import transfer_settings
 from cognate.transfer.finetune import FinetuneOptions, finetune, transfer_encoder
