@@ -161,14 +161,14 @@ def tune(
     emit: Path | None,
 ) -> None:
     """Rank schedules of MATRIX for TARGET with a cost model (lower score = faster)."""
+    from cognate.api import tune as tune_api
     from cognate.io import load_matrix
     from cognate.search import emit as emit_files
-    from cognate.search import tune_matrix
 
     console = Console(stderr=as_json)
     loaded = load_matrix(matrix)
     with console.status("measuring") if verify else contextlib.nullcontext():
-        result = tune_matrix(
+        result = tune_api(
             loaded,
             target=target,
             op=op,
@@ -176,7 +176,7 @@ def tune(
             top_k=top_k,
             model=model,
             verify=verify,
-            n_candidates=candidates,
+            candidates=candidates,
             seed=seed,
             cover_families=cover_families,
             threads=threads,
