@@ -180,6 +180,16 @@ def test_ray_local_cluster_leaves_no_process(bcsstk13: Path, tmp_path: Path, sig
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGHUP, 129)])
 def test_stop_signals_raise_like_ctrl_c(sig: int, code: int) -> None:
+    # Run as if started from a terminal: under nohup SIGHUP arrives ignored, and that
+    # choice is kept (the next test); here the signal must be handled.
+    inherited = signal.signal(sig, signal.SIG_DFL)
+    try:
+        _stop_signal_raises(sig, code)
+    finally:
+        signal.signal(sig, inherited)
+
+
+def _stop_signal_raises(sig: int, code: int) -> None:
     from cognate.lifetime import exit_code_of, stop_signals_deferred, stop_signals_raise
 
     before = signal.getsignal(sig)
