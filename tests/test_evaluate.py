@@ -324,3 +324,18 @@ def test_a_store_below_the_minimum_warns_when_asked(quick_out: Path) -> None:
         ).shortfalls
         == []
     )
+
+
+def test_transfer_answers_pair_tl_with_nt() -> None:
+    from cognate.evaluate import report
+
+    seeds, names = [0, 1], ["a", "b", "c"]
+    tl = {"variant": "TL", "k": 5, "seeds": seeds, "matrices": names}
+    tl["per_seed"] = {m: [[2.0, 2.0, 2.0]] * 2 for m in ("top1", "top5")}
+    nt5 = {**tl, "variant": "NT", "per_seed": {m: [[1.0, 1.0, 1.0]] * 2 for m in ("top1", "top5")}}
+    nt20 = {**tl, "variant": "NT", "k": 20}
+    lines = report.transfer_answers([tl, nt5, nt20], 5, 200)
+    assert any("beat NT-5? **Yes**: TL / NT 2.000x" in line for line in lines)
+    assert any("match NT-20? **Yes**: TL / NT 1.000x" in line for line in lines)
+    other = {**nt5, "k": 10, "matrices": ["a"]}  # not paired: no claim
+    assert not any("NT-10" in line for line in report.transfer_answers([tl, other], 5, 200))

@@ -142,6 +142,37 @@ def active_answers(rows: list[dict[str, Any]], n_boot: int) -> list[str]:
     return lines
 
 
+def transfer_answers(rows: list[dict[str, Any]], tl_k: int, n_boot: int) -> list[str]:
+    """Does TL-K beat NT-K, and does it match NT with more target matrices (paired: the same
+    seeds and test matrices)?"""
+    tl = next((r for r in rows if r["variant"] == TL and r["k"] == tl_k), None)
+    if tl is None:
+        return []
+    lines = []
+    for nt in sorted(
+        (r for r in rows if r["variant"] == NT and r["k"] >= tl_k), key=lambda r: r["k"]
+    ):
+        if nt["seeds"] != tl["seeds"] or nt["matrices"] != tl["matrices"]:
+            continue  # not paired: no claim
+        for metric, what in (("top5", "best of top-5"), ("top1", "top-1")):
+            e = bootstrap_ci(
+                [np.asarray(tl["per_seed"][metric]), np.asarray(nt["per_seed"][metric])],
+                mean_of_ratio,
+                n_boot,
+            )
+            if nt["k"] == tl_k:
+                verdict = "Yes" if e.low > 1 else ("On the mean" if e.mean > 1 else "No")
+                question = f"Does TL-{tl_k} ({what}) beat NT-{tl_k}?"
+            else:
+                verdict = "Yes" if e.low <= 1 <= e.high or e.low > 1 else "No"
+                question = f"Does TL-{tl_k} ({what}) match NT-{nt['k']}?"
+            lines.append(
+                f"{question} **{verdict}**: TL / NT {e.text()} (paired over seeds and test "
+                "matrices)."
+            )
+    return lines
+
+
 # --- non-learned baselines ----------------------------------------------------------------
 
 BASELINE_LABELS = {

@@ -215,6 +215,7 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
             "### Answers",
             "",
             *[f"- {line}" for line in report.answers(rows, k)],
+            *[f"- {line}" for line in report.transfer_answers(rows, k, preset.bootstrap)],
             *[f"- {line}" for line in report.active_answers(rows, preset.bootstrap)],
             "",
             "### Results (test split)",
