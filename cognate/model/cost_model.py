@@ -112,11 +112,7 @@ class LearnedModel(CostModel):
         from cognate.model.train import read_metadata
 
         meta = read_metadata(path)
-        if (meta.get("target"), meta.get("op")) != (space.target, space.op):
-            raise CognateError(
-                f"{path}: model is for target {meta.get('target')}, op {meta.get('op')}, "
-                f"not {space.target}, {space.op}"
-            )
+        _check_for_space(path, meta, space)
         if "transfer" in meta:  # fine-tuned: the encoder is rebuilt from its transfer options
             from cognate.transfer.finetune import load_transfer_model
 
@@ -188,11 +184,7 @@ class RandomModel(CostModel):
             meta = json.loads(path.read_text())
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
             raise CognateError(f"{path}: not a readable random model: {err}") from None
-        if (meta.get("target"), meta.get("op")) != (space.target, space.op):
-            raise CognateError(
-                f"{path}: model is for target {meta.get('target')}, op {meta.get('op')}, "
-                f"not {space.target}, {space.op}"
-            )
+        _check_for_space(path, meta, space)
         seed = meta.get("seed")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise CognateError(f"{path}: random model without an integer seed")
@@ -220,6 +212,15 @@ class RandomModel(CostModel):
             return int.from_bytes(hashlib.sha256(key).digest()[:4], "little") / 2**32
 
         return np.array([draw(h) for h in encoded], dtype=np.float32)
+
+
+def _check_for_space(path: Path, meta: dict[str, Any], space: Space) -> None:
+    """A model file's metadata must name the target and op of ``space``."""
+    if (meta.get("target"), meta.get("op")) != (space.target, space.op):
+        raise CognateError(
+            f"{path}: model is for target {meta.get('target')}, op {meta.get('op')}, "
+            f"not {space.target}, {space.op}"
+        )
 
 
 def _space_meta(space: Space) -> dict[str, Any]:
