@@ -124,6 +124,31 @@ def test_baseline_is_plain_csr(shared: Path) -> None:
         _assert_matches(matrix.csr, op, dict(base.knobs), width=128)
 
 
+@pytest.mark.parametrize("width", [1, 5, 8, 24, 33, 64, 100, 128, 200])
+def test_plain_csr_runs_the_register_tiled_kernel(shared: Path, width: int) -> None:
+    """The baseline's structure at a fixed width compiles kernels/cpu/spmm_csr.c (every tile
+    width 64/32/16/8 and the scalar edge occur across these widths); other structures and a
+    runtime width keep the generated nest. Checked on a small matrix with empty rows (one
+    thread) and two past the one-thread threshold (nnz x width), split into weight-balanced
+    row tasks, one of them 98% empty rows."""
+    space = make_space("spmm")
+    coo = _load(shared, "west0479").csr.tocoo()
+    keep = coo.row % 3 != 0  # every third row empty
+    holes = canonicalize(sp.coo_matrix((coo.data[keep], (coo.row[keep], coo.col[keep])), coo.shape))
+    trec6 = load_matrix(shared / "matrices" / "waco" / "Trec6_16x16_9.csr").csr  # 98% empty rows
+    for csr in (holes, _load(shared, "bcsstk13").csr, trec6):
+        base = dict(space.baseline(csr.shape).knobs)
+        source = generate_source(structure_of("spmm", base, width))
+        assert "always_inline" in source and "#pragma omp simd" not in source
+        for knobs in (base, base | {"jsplit": 8, "chunk": 1}):
+            _assert_matches(csr, "spmm", knobs, width=width)
+    assert "#pragma omp simd" in generate_source(structure_of("spmm", base, None))
+    blocked = base | {"isplit": 4, "formats": ["U", "U", "C", "U"]}
+    assert "always_inline" not in generate_source(structure_of("spmm", blocked, width))
+    sddmm = dict(make_space("sddmm").baseline(holes.shape).knobs)
+    assert "always_inline" not in generate_source(structure_of("sddmm", sddmm, width))
+
+
 def test_padded_dense_levels(shared: Path) -> None:
     csr = _load(shared, "lp_share1b").csr  # 117 x 253: no split below divides either
     knobs = {"isplit": 16, "ksplit": 8, "jsplit": 8, "chunk": 2}

@@ -272,9 +272,30 @@ def _checked(s: LoopStructure) -> LoopStructure:
     return s
 
 
+PLAIN_CSR_ORDER = ("i1", "i0", "k1", "k0", "j1", "j0")
+
+
+def is_plain_csr(s: LoopStructure) -> bool:
+    """Whether ``s`` is CSR SpMM itself (rows dense, columns compressed, both sparse splits 1,
+    the dense pair innermost) at a compile-time width: kernels/cpu/spmm_csr.c, a hand-written
+    kernel with the same signature, runs it instead of the generated nest (its register tile
+    and prefetching are beyond the generator)."""
+    return (
+        s.op == "spmm"
+        and s.width is not None
+        and s.order == PLAIN_CSR_ORDER
+        and s.formats[0] == "U"
+        and s.formats[2] == "C"
+        and set(s.unit) == {"i", "k"}
+    )
+
+
 def generate_source(s: LoopStructure) -> str:
     """Full C source of the kernel for ``s``."""
     s = _checked(s)
+    if is_plain_csr(s):
+        template = Template((kernels_dir() / "cpu" / "spmm_csr.c").read_text())
+        return template.substitute(dense_extent=str(int(s.width)))  # type: ignore[arg-type]
     template = Template((kernels_dir() / "cpu" / f"{s.op}.c").read_text())
     runtime = "N_arg" if s.op == "spmm" else "K_arg"
     extent = runtime if s.width is None else str(int(s.width))
