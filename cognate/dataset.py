@@ -56,11 +56,43 @@ def dataset_frame(frame: pd.DataFrame, counters: bool) -> pd.DataFrame:
     return out
 
 
-def write_dataset(frame: pd.DataFrame, folder: Path, drop_counters: set[str]) -> dict[str, int]:
+REPEAT_COLUMNS = {
+    "repeat_s": "repeat_runtime_s",
+    "repeat_status": "repeat_status",
+    "noisy": "repeat_noisy",
+    "time": "repeat_time",
+}
+_RECORD_KEY = ["matrix_sha256", "target", "op", "width", "config_hash", "host"]
+
+
+def with_repeats(frame: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with each record's first repeat (the collect protocol's second timing of 5%
+    of the configs) as ``repeat_runtime_s``, ``repeat_status``, ``repeat_noisy`` and
+    ``repeat_time``; unchanged when no record of it was repeated."""
+    if repeats.empty:
+        return frame
+    first = repeats.drop_duplicates(_RECORD_KEY)[[*_RECORD_KEY, *REPEAT_COLUMNS]]
+    merged = frame.merge(
+        first.rename(columns=REPEAT_COLUMNS), on=_RECORD_KEY, how="left", validate="one_to_one"
+    )
+    if merged["repeat_status"].isna().all():
+        return frame
+    merged["repeat_time"] = pd.to_datetime(merged["repeat_time"], utc=True, format="ISO8601")
+    return merged
+
+
+def write_dataset(
+    frame: pd.DataFrame,
+    folder: Path,
+    drop_counters: set[str],
+    repeats: pd.DataFrame | None = None,
+) -> dict[str, int]:
     """One ``<target>-<op>.parquet`` per (target, op) in ``frame``; returns rows per file.
 
     ``drop_counters``: targets whose counters are left out (a deterministic simulator's
     counters are recomputed by rerunning it, and they would dominate the files' size).
+    ``repeats`` (``Store.repeats()``): written beside the records they repeat, so the label
+    noise of a data set can be measured again after an import.
     """
     from cognate.store import _write_frame  # atomic write beside the destination
 
@@ -68,7 +100,10 @@ def write_dataset(frame: pd.DataFrame, folder: Path, drop_counters: set[str]) ->
     written = {}
     for (target, op), part in frame.groupby(["target", "op"], sort=True):
         name = f"{target}-{op}.parquet"
-        part = dataset_frame(part.reset_index(drop=True), counters=target not in drop_counters)
+        part = part.reset_index(drop=True)
+        if repeats is not None:
+            part = with_repeats(part, repeats)
+        part = dataset_frame(part, counters=target not in drop_counters)
         _write_frame(part, folder / name, ".parquet", COMPRESSION)
         written[name] = len(part)
     return written

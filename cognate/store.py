@@ -517,14 +517,16 @@ class Store:
         return set(self.resume_state(matrix, target, op, width, host))
 
     def repeats(self) -> pd.DataFrame:
-        """Each repeat beside the record it repeats: matrix, target, op, width, config_hash,
-        host, first_s (the record's runtime), repeat_s, status, repeat_status, noisy."""
+        """Each repeat beside the record it repeats: matrix, matrix_sha256, target, op, width,
+        config_hash, host, first_s (the record's runtime), repeat_s, status, repeat_status,
+        noisy, time (the repeat's)."""
         if self.schema < 2:
             return pd.DataFrame()
         return pd.read_sql_query(
-            """SELECT m.name AS matrix, r.target, r.op, r.width, c.hash AS config_hash, r.host,
-                      r.runtime_s AS first_s, p.runtime_s AS repeat_s, r.status,
-                      p.status AS repeat_status, p.noisy, p.time
+            """SELECT m.name AS matrix, m.sha256 AS matrix_sha256, r.target, r.op, r.width,
+                      c.hash AS config_hash, r.host, r.runtime_s AS first_s,
+                      p.runtime_s AS repeat_s, r.status, p.status AS repeat_status, p.noisy,
+                      p.time
                FROM repeats p JOIN measurements r ON r.id = p.measurement_id
                JOIN matrices m ON m.id = r.matrix_id JOIN configs c ON c.id = r.config_id
                ORDER BY p.id""",
@@ -618,11 +620,38 @@ class Store:
                 )
             for row in df.itertuples(index=False):
                 self._import_measurement(conn, row)
+            if "repeat_status" in df.columns:
+                for row in df[df["repeat_status"].notna()].itertuples(index=False):
+                    self._import_repeat(conn, row)
         added = self._count() - before
         return added, len(df) - added
 
     def _count(self) -> int:
         return int(self._conn.execute("SELECT count(*) FROM measurements").fetchone()[0])
+
+    @staticmethod
+    def _import_repeat(conn: sqlite3.Connection, row: Any) -> None:
+        """A data set row's repeat (a second timing of it, see ``repeats``), unless the
+        measurement has one already."""
+        if row.repeat_status not in STATUSES:
+            raise CognateError(f"import: unknown repeat status {row.repeat_status!r}")
+        host = SIMULATED_HOST if is_simulated(row.target) else row.host
+        noisy = _none_if_nan(getattr(row, "repeat_noisy", None))
+        conn.execute(
+            _IMPORT_REPEAT,
+            (
+                _finite_or_none(_none_if_nan(row.repeat_runtime_s)),
+                row.repeat_status,
+                None if noisy is None or noisy is pd.NA else int(bool(noisy)),
+                pd.Timestamp(row.repeat_time).isoformat(timespec="microseconds"),
+                row.matrix_sha256,
+                row.target,
+                row.op,
+                int(row.width),
+                host,
+                row.config_hash,
+            ),
+        )
 
     @staticmethod
     def _import_measurement(conn: sqlite3.Connection, row: Any) -> None:
@@ -659,6 +688,15 @@ class Store:
                 *(_finite_or_none(_none_if_nan(getattr(row, c, None))) for c in _LOAD_COLUMNS),
             ),
         )
+
+
+_IMPORT_REPEAT = """
+INSERT INTO repeats (measurement_id, runtime_s, status, noisy, time)
+SELECT r.id, ?, ?, ?, ? FROM measurements r
+WHERE r.matrix_id = (SELECT id FROM matrices WHERE sha256 = ?) AND r.target = ? AND r.op = ?
+  AND r.width = ? AND r.host = ? AND r.config_id = (SELECT id FROM configs WHERE hash = ?)
+  AND NOT EXISTS (SELECT 1 FROM repeats p WHERE p.measurement_id = r.id)
+"""
 
 
 # What an import needs: the v1 columns (counters may be absent: a dataset may drop them;

@@ -118,3 +118,34 @@ def test_bad_dataset_is_one_line_and_leaves_the_store_alone(store, tmp_path, cap
         err = capsys.readouterr().err
         assert len(err.strip().splitlines()) == 1 and args[2] in err, err
     assert copy.read_bytes() == before
+
+
+def test_repeats_travel_with_the_data_set(tmp_path, shared):
+    """The collect protocol's second timings (label noise) survive export and import, beside
+    the records they repeat; an import twice adds no second repeat."""
+    from cognate.config import Config
+    from cognate.io import load_matrix
+    from cognate.runner import Measurement
+
+    west = load_matrix(shared / "matrices" / "suitesparse" / "west0479.mtx.gz")
+    configs = [Config("cpu", "spmm", {"isplit": 2**i, "chunk": 1}) for i in range(4)]
+    first = [Measurement(c, "ok", (i + 1) * 1e-3, 1e-5) for i, c in enumerate(configs)]
+    db = tmp_path / "a.db"
+    with Store(db) as store:
+        store.record(west, "cpu", "spmm", 32, first, space_version="v1", host="h")
+        again = [Measurement(configs[1], "ok", 2.3e-3, 1e-5), Measurement(configs[3], "error")]
+        store.record(west, "cpu", "spmm", 32, again, space_version="v1", host="h", repeat=True)
+        before = store.repeats()
+    out = tmp_path / "records"
+    assert _invoke("data", "export", "--db", str(db), "--dataset", str(out)).exit_code == 0
+    part = pd.read_parquet(out / "cpu-spmm.parquet")
+    assert part["repeat_runtime_s"].notna().sum() == 1 and part["repeat_status"].notna().sum() == 2
+    fresh = tmp_path / "b.db"
+    for _ in range(2):
+        result = _invoke("data", "import", str(out), "--db", str(fresh))
+        assert result.exit_code == 0, result.output
+    with Store(fresh) as store:
+        after = store.repeats()
+    columns = ["matrix_sha256", "config_hash", "first_s", "repeat_s", "repeat_status"]
+    assert after[columns].equals(before[columns])
+    assert len(after) == 2

@@ -75,10 +75,11 @@ def export(
             click.echo(f"wrote {rows} records to {output}")
             return
         frame = store.frame(target=target, op=op, status=status)
+        repeats = store.repeats()
     from cognate.dataset import write_dataset
 
     drop = {t.strip() for t in drop_counters.split(",") if t.strip()}
-    for name, rows in write_dataset(frame, dataset, drop).items():
+    for name, rows in write_dataset(frame, dataset, drop, repeats).items():
         size = (dataset / name).stat().st_size
         click.echo(f"wrote {rows} records to {dataset / name} ({size / 1e6:.1f} MB)")
 
