@@ -40,8 +40,9 @@ def portfolio_picks(
     scores: dict[str, np.ndarray], runs, portfolio: list[str]
 ) -> tuple[dict[str, float], dict[str, float]]:
     """The model ranking only the configs of ``portfolio`` (a greedy fixed set chosen on the
-    training matrices): per matrix the speedup of its top-1 and best of its top-5 there. A
-    portfolio config with no record on a matrix counts as the baseline (as for the fixed set)."""
+    training matrices): per matrix the speedup of its top-1 and best of its top-5 there.
+    Portfolio configs a matrix has no record of are left out (on spade every matrix has all
+    256); none left: the baseline."""
     top1, top5 = {}, {}
     for run in runs:
         base = run.runtimes[run.baseline]

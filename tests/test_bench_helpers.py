@@ -76,3 +76,25 @@ def test_bench_cpu_kernel_call_runs_every_family(bench_cpu) -> None:
     call()
     ones, tol = reference(matrix.csr, "spmm", (b,))
     assert mismatch(call.result(), ones, tol) is None
+
+
+def test_compare_baselines_ranks_only_the_portfolio(shared) -> None:
+    """--portfolio: the model's scores order only the portfolio's configs (one the matrix has
+    no record of is left out); top-5 is the best of the first five."""
+    import numpy as np
+
+    from cognate.config import Config
+    from cognate.io import load_matrix
+    from cognate.model.train import MatrixRuns
+
+    spec = importlib.util.spec_from_file_location("compare", SCRIPTS / "compare_baselines.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    matrix = load_matrix(shared / "matrices" / "suitesparse" / "west0479.mtx.gz")
+    configs = [Config("spade", "spmm", {"rp": 2**i}) for i in range(4)]
+    run = MatrixRuns(matrix, 64, configs, np.array([4.0, 1.0, 2.0, 8.0]), baseline=0)
+    scores = {matrix.name: np.array([0.0, 3.0, 1.0, -1.0])}  # model prefers 3, then 0, 2, 1
+    portfolio = [configs[1].hash, configs[2].hash, "absent"]
+    top1, top5 = module.portfolio_picks(scores, [run], portfolio)
+    assert top1 == {matrix.name: 2.0}  # config 2 (score 1.0) before config 1 (score 3.0)
+    assert top5 == {matrix.name: 4.0}  # best of the portfolio: config 1
