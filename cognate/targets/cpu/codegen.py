@@ -279,7 +279,7 @@ def is_plain_csr(s: LoopStructure) -> bool:
     """Whether ``s`` is CSR SpMM itself (rows dense, columns compressed, both sparse splits 1,
     the dense pair innermost) at a compile-time width: kernels/cpu/spmm_csr.c, a hand-written
     kernel with the same signature, runs it instead of the generated nest (its register tile
-    and prefetching are beyond the generator)."""
+    and weight-balanced row tasks are beyond the generator)."""
     return (
         s.op == "spmm"
         and s.width is not None
