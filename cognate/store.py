@@ -631,8 +631,9 @@ class Store:
 
     @staticmethod
     def _import_repeat(conn: sqlite3.Connection, row: Any) -> None:
-        """A data set row's repeat (a second timing of it, see ``repeats``), unless the
-        measurement has one already."""
+        """A data set row's repeat (a second timing of it, see ``repeats``), attached only
+        to that very measurement (same time: a local record the import kept is another one)
+        and only when it has no repeat yet."""
         if row.repeat_status not in STATUSES:
             raise CognateError(f"import: unknown repeat status {row.repeat_status!r}")
         host = SIMULATED_HOST if is_simulated(row.target) else row.host
@@ -650,6 +651,7 @@ class Store:
                 int(row.width),
                 host,
                 row.config_hash,
+                pd.Timestamp(row.time).isoformat(timespec="microseconds"),
             ),
         )
 
@@ -695,7 +697,7 @@ INSERT INTO repeats (measurement_id, runtime_s, status, noisy, time)
 SELECT r.id, ?, ?, ?, ? FROM measurements r
 WHERE r.matrix_id = (SELECT id FROM matrices WHERE sha256 = ?) AND r.target = ? AND r.op = ?
   AND r.width = ? AND r.host = ? AND r.config_id = (SELECT id FROM configs WHERE hash = ?)
-  AND NOT EXISTS (SELECT 1 FROM repeats p WHERE p.measurement_id = r.id)
+  AND r.time = ? AND NOT EXISTS (SELECT 1 FROM repeats p WHERE p.measurement_id = r.id)
 """
 
 

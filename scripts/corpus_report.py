@@ -149,11 +149,13 @@ def noise_section(frame: pd.DataFrame, repeats: pd.DataFrame) -> list[str]:
     cpu = repeats[(repeats.target == "cpu")] if not repeats.empty else repeats
     if cpu.empty:
         return ["cpu label noise: the store holds no repeated measurements."]
+    # quiet: the load was read and was not busy, for the repeat and for the first timing
     ok = cpu[(cpu.status == "ok") & (cpu.repeat_status == "ok") & (cpu.noisy == 0)]
     base = frame[(frame.target == "cpu") & frame.is_baseline & (frame.status == "ok")]
-    key = ["matrix", "op", "width", "host"]
+    key = ["matrix_sha256", "op", "width", "host"]
     base = base[[*key, "runtime_s"]].rename(columns={"runtime_s": "base_s"})
-    first_quiet = frame[(frame.target == "cpu") & ~frame.noisy.fillna(False).astype(bool)]
+    quiet = frame.noisy.astype("boolean").eq(False).fillna(False)  # NA: load not read
+    first_quiet = frame[(frame.target == "cpu") & quiet]
     pairs = ok.merge(base, on=key).merge(
         first_quiet[[*key, "config_hash"]], on=[*key, "config_hash"]
     )
@@ -171,13 +173,16 @@ def noise_section(frame: pd.DataFrame, repeats: pd.DataFrame) -> list[str]:
         spread = (group.first_s - group.repeat_s).abs() / ((group.first_s + group.repeat_s) / 2)
         lines.append(
             f"cpu {op} label noise: {len(group)} quiet repeated (matrix, config) pairs over "
-            f"{group.matrix.nunique()} matrices; Spearman of speedups over the baseline "
+            f"{group.matrix_sha256.nunique()} matrices; Spearman of speedups over the baseline "
             f"{rho_speedup:.3f} (of runtimes {rho_time:.3f}); median relative difference "
             f"{100 * spread.median():.1f}%, 90th percentile {100 * spread.quantile(0.9):.1f}%"
         )
-    skipped = len(cpu) - len(ok)
+    skipped = len(cpu) - len(pairs)
     if skipped:
-        lines.append(f"({skipped} repeated pairs left out: not ok, or timed on a busy machine)")
+        lines.append(
+            f"({skipped} repeated pairs left out: not ok, timed on a busy machine or with the "
+            "load unread, or their matrix has no ok baseline)"
+        )
     return lines
 
 
