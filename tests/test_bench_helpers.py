@@ -98,3 +98,40 @@ def test_compare_baselines_ranks_only_the_portfolio(shared) -> None:
     top1, top5 = module.portfolio_picks(scores, [run], portfolio)
     assert top1 == {matrix.name: 2.0}  # config 2 (score 1.0) before config 1 (score 3.0)
     assert top5 == {matrix.name: 4.0}  # best of the portfolio: config 1
+
+
+def test_corpus_report_label_noise_from_the_repeats_table(shared, tmp_path) -> None:
+    """corpus_report's noise figures come from the store's repeats: quiet ok pairs only,
+    speedups over each matrix's baseline; a busy repeat is left out and counted."""
+    from cognate.config import Config
+    from cognate.io import load_matrix
+    from cognate.runner import Measurement
+    from cognate.store import Store
+    from cognate.timing import Load
+
+    spec = importlib.util.spec_from_file_location("corpus_report", SCRIPTS / "corpus_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    west = load_matrix(shared / "matrices" / "suitesparse" / "west0479.mtx.gz")
+    configs = [Config("cpu", "spmm", {"isplit": 2**i, "chunk": 1}) for i in range(6)]
+    quiet = Load(load1=0.2, busy_cores=0.1, cores=2, threads=2)
+    busy = Load(load1=3.9, busy_cores=1.9, cores=2, threads=2)
+    first = [Measurement(c, "ok", (i + 1) * 1e-3, 1e-5) for i, c in enumerate(configs)]
+    with Store(tmp_path / "r.db") as store:
+        store.record(
+            west, "cpu", "spmm", 32, first, space_version="v", host="h",
+            baseline_hash=configs[0].hash, load=(quiet, quiet),
+        )  # fmt: skip
+        again = [Measurement(c, "ok", (i + 1.1) * 1e-3, 1e-5) for i, c in enumerate(configs)]
+        store.record(
+            west, "cpu", "spmm", 32, again[1:5], space_version="v", host="h",
+            load=(quiet, quiet), repeat=True,
+        )  # fmt: skip
+        store.record(
+            west, "cpu", "spmm", 32, again[5:], space_version="v", host="h",
+            load=(busy, busy), repeat=True,
+        )  # fmt: skip
+        lines = module.noise_section(store.frame(), store.repeats())
+    assert lines[0].startswith("cpu spmm label noise: 4 quiet repeated (matrix, config) pairs")
+    assert "Spearman of speedups over the baseline 1.000" in lines[0]
+    assert lines[1].startswith("(1 repeated pairs left out")
