@@ -5,6 +5,7 @@
 #   scripts/train_shipped_models.sh [--db PATH] [--out DIR] [--preset NAME] [--epochs N]
 #                                   [--spade finetune|pretrain] [--spade-matrices N]
 #                                   [--only TARGET-OP]... [--threads N] [--hold-out F]
+#                                   [--no-portfolio]
 #
 # Per op (spmm, sddmm):
 #   cpu-<op>   = cognate pretrain on the store's cpu records
@@ -17,6 +18,8 @@
 # validation and held-out matrices, validation metrics, held-out metrics, git revision.
 # --hold-out F (pretrain only): F of the matrices are never trained on or used for epoch
 # selection; the model is scored on them once (README numbers come from these).
+# Each model then gets its portfolio (cognate portfolio: the greedy fixed set of its training
+# matrices ranked first, size chosen on its validation matrices) unless --no-portfolio.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,6 +34,7 @@ SPADE_MATRICES=""
 ONLY=""
 THREADS=""
 HOLD_OUT=""
+NO_PORTFOLIO=""
 
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -43,7 +47,8 @@ while [ $# -gt 0 ]; do
     --only) ONLY="$ONLY $2"; shift 2 ;;  # e.g. --only cpu-spmm: train just that model
     --threads) THREADS="$2"; shift 2 ;;  # torch threads for pretrain (1 is fastest on a busy box)
     --hold-out) HOLD_OUT="$2"; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    --no-portfolio) NO_PORTFOLIO=1; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     *) echo "train_shipped_models.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -116,11 +121,19 @@ doc = {
     "validation": meta.get("metrics", {}).get("best"),
     "test": meta.get("metrics", {}).get("test"),
     "transfer": {k: v for k, v in meta.get("transfer", {}).items() if k != "copied"} or None,
+    "portfolio": {k: v for k, v in (meta.get("portfolio") or {}).items() if k != "configs"}
+    or None,
 }
 out = Path(model).with_suffix(".provenance.json")
 out.write_text(json.dumps(doc, indent=2) + "\n")
 print(f"provenance: {out}")
 EOF
+}
+
+with_portfolio() {  # model -> its portfolio chosen on its validation matrices (issue 18)
+  [ -n "$NO_PORTFOLIO" ] && return 0
+  echo "== cognate portfolio $1 --db $DB"
+  cognate portfolio "$1" --db "$SNAP"
 }
 
 epochs_args=()
@@ -142,6 +155,7 @@ for op in spmm sddmm; do
     cmd=(pretrain --db "$SNAP" --target cpu --op "$op" --preset "$PRESET" "${epochs_args[@]}" "${pretrain_args[@]}" -o "$cpu_model")
     echo "== cognate ${cmd[*]}"
     cognate "${cmd[@]}"
+    with_portfolio "$cpu_model"
     provenance "$cpu_model" "${cmd[@]}"
   else
     echo "== cpu $op: no ok records in $DB, skipped"
@@ -161,6 +175,7 @@ for op in spmm sddmm; do
   fi
   echo "== cognate ${cmd[*]}"
   cognate "${cmd[@]}"
+  with_portfolio "$spade_model"
   provenance "$spade_model" "${cmd[@]}"
 done
 ls -l "$OUT"

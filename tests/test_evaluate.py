@@ -125,6 +125,8 @@ def test_quick_writes_report_plots_and_results(quick_out: Path) -> None:
         "TL active-1",
         "Does TL-1-active (best of top-5) reach TL-1-random?",
         "featurizer: a fixed, seeded random sparse-conv embedding",
+        "TL + portfolio-3",
+        "#### TL-3 + portfolio",
     ):
         assert text in report, text
     pngs = sorted(p.name for p in quick_out.glob("*.png"))
@@ -144,6 +146,20 @@ def test_quick_writes_report_plots_and_results(quick_out: Path) -> None:
         # a greedy set's best of 5 is never below its own first pick
         assert c["top5"]["mean"] >= c["top1"]["mean"] - 1e-9
         assert c["ratio_top5"]["low"] <= c["ratio_top5"]["mean"] <= c["ratio_top5"]["high"]
+
+
+def test_quick_portfolio_size_is_the_best_on_validation(quick_out: Path) -> None:
+    res = json.loads((quick_out / "results.json").read_text())["ops"]["spmm"]
+    cells = [c for c in res["cells"] if c["variant"] == "TL" and c["k"] == 3]
+    assert len(cells) == 3 and all("portfolio" in c for c in cells)
+    for cell in cells:
+        table = cell["portfolio"]["validation"]
+        best = max(row["top5"] for row in table.values())
+        assert table[str(cell["portfolio"]["size"])]["top5"] == pytest.approx(best, rel=1e-5)
+        assert set(cell["portfolio"]["test"]) == set(cell["test"])  # the same test matrices
+    compared = res["baselines_portfolio"]
+    assert [c["baseline"] for c in compared] == ["fixed", "gbt", "random"]
+    assert all("ratio_top1" in c for c in compared)
 
 
 def test_quick_split_hygiene(quick_out: Path) -> None:

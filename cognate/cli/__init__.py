@@ -25,6 +25,7 @@ _COMMAND_MODULES: tuple[str, ...] = (
     "cognate.cli.collect",
     "cognate.cli.pretrain",
     "cognate.cli.finetune",
+    "cognate.cli.portfolio",
     "cognate.cli.tune",
     "cognate.cli.evaluate",
 )

@@ -29,9 +29,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.evaluate.preset import ABLATIONS, OTHER_OP, ExperimentPreset
 from cognate.model.cost_model import CostModel, LearnedModel
+from cognate.model.portfolio import choose_portfolio, portfolio_mask, portfolio_order
 from cognate.model.preset import ModelPreset, preset_from_dict
 from cognate.model.train import Embedder, MatrixRuns, save_checkpoint, train
 from cognate.space import Space
@@ -49,6 +51,7 @@ from cognate.util import atomic_path
 Log = Callable[[str], None]
 TL, NT, ZERO_SHOT = "TL", "NT", "zero-shot"
 TL_ACTIVE = "TL active"
+TL_PORTFOLIO = "TL + portfolio"
 
 
 # --- data ----------------------------------------------------------------------------------
@@ -323,9 +326,14 @@ def _finetuned(
 
 @torch.no_grad()
 def score_test(
-    path: Path, space: Space, runs: Sequence[MatrixRuns], cache: EmbeddingCache | None = None
+    path: Path,
+    space: Space,
+    runs: Sequence[MatrixRuns],
+    cache: EmbeddingCache | None = None,
+    portfolio: Sequence[Config] = (),
 ) -> dict[str, dict[str, float]]:
-    """Per test matrix: speedup over the baseline config of top-1, best of top-5, oracle."""
+    """Per test matrix: speedup over the baseline config of top-1, best of top-5, oracle;
+    with a ``portfolio``, its configs ranked ahead of the rest (``cognate.model.portfolio``)."""
     model = CostModel.load(path, space)
     if not isinstance(model, LearnedModel) or not model.transferred:
         raise CognateError(f"{path}: not a fine-tuned model (no transfer metadata)")
@@ -335,7 +343,8 @@ def score_test(
     scores = {}
     for run in runs:
         features = model.encode(run.configs, run.matrix.shape, run.width)
-        order = np.argsort(model.score(embeddings[run.key], features, run.width), kind="stable")
+        scores_of_run = model.score(embeddings[run.key], features, run.width)
+        order = portfolio_order(scores_of_run, portfolio_mask(run.configs, portfolio))
         base = run.runtimes[run.baseline]
         scores[run.matrix.name] = {
             "top1": float(base / run.runtimes[order[0]]),
@@ -426,7 +435,7 @@ def run_cell(
     else:
         test = score_test(chosen.path, data.space, data.test_runs(), cache)
         test_path.write_text(json.dumps(test, indent=1))
-    return {
+    result = {
         "variant": cell.variant,
         "k": cell.k,
         "seed": cell.seed,
@@ -434,3 +443,42 @@ def run_cell(
         "chosen": {k: v for k, v in asdict(chosen).items() if k != "path"},
         "test": test,
     }
+    portfolio_ks = {min(k, len(data.train)) for k in preset.portfolio_matrices}
+    if cell.variant == TL and cell.k in portfolio_ks:
+        result["portfolio"] = portfolio_test(data, chosen, models, cache)
+    return result
+
+
+def portfolio_test(
+    data: OpData, chosen: Candidate, models: Path, cache: EmbeddingCache | None
+) -> dict[str, Any]:
+    """The chosen model with a portfolio (the greedy fixed set of all training matrices, as
+    the baselines are chosen; its size chosen on validation), scored on test once."""
+    path = models / f"{chosen.key}.portfolio.test.json"  # holds test numbers: named so
+    if path.is_file():
+        return json.loads(path.read_text())
+    model = CostModel.load(chosen.path, data.space)
+    validation = set(data.validation)
+    val_runs = [r for r in data.runs if r.key in validation and r.baseline is not None]
+    entry = choose_portfolio(model, data.train_runs(), val_runs, k=5)
+    configs = [data.space.validate(knobs) for knobs in entry["configs"]]
+    test = score_test(chosen.path, data.space, data.test_runs(), cache, configs)
+    out = {"size": entry["size"], "validation": entry["validation"], "test": test}
+    path.write_text(json.dumps(out, indent=1))
+    return out
+
+
+def portfolio_results(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The TL cells' portfolio scores as cells of their own (variant ``TL_PORTFOLIO``)."""
+    return [
+        {
+            "variant": TL_PORTFOLIO,
+            "k": r["k"],
+            "seed": r["seed"],
+            "portfolio_size": r["portfolio"]["size"],
+            "chosen": r["chosen"],
+            "test": r["portfolio"]["test"],
+        }
+        for r in results
+        if "portfolio" in r
+    ]

@@ -59,6 +59,9 @@ class ExperimentPreset(_Strict):
     # K values at which TL also runs with actively chosen target matrices (k-center in the
     # pretrained embedding space) instead of random ones
     active_matrices: list[int] = []
+    # K values at which TL's model also ranks a portfolio first (the greedy fixed set of the
+    # training matrices, its size chosen on validation: cognate.model.portfolio)
+    portfolio_matrices: list[int] = []
     zero_shot: bool = True
     finetune_epochs: int = Field(30, ge=1)
     patience: int = Field(6, ge=1)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from cognate.evaluate.harness import NT, TL, TL_ACTIVE, ZERO_SHOT
+from cognate.evaluate.harness import NT, TL, TL_ACTIVE, TL_PORTFOLIO, ZERO_SHOT
 from cognate.evaluate.stats import Estimate, bootstrap_ci, mean_of_geomeans, mean_of_ratio
 
 # docs/architecture.md, Evaluation protocol: the COGNATE paper's own numbers (geomean speedup over the baseline config).
@@ -266,7 +266,7 @@ def markdown_table(rows: list[dict[str, Any]], floor: Estimate | None) -> str:
 
 
 def ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rank = {TL: 0, TL_ACTIVE: 1, NT: 2}
+    rank = {TL: 0, TL_PORTFOLIO: 1, TL_ACTIVE: 1, NT: 2}
     return sorted(rows, key=lambda r: (rank.get(r["variant"], 2), r["variant"], r["k"]))
 
 

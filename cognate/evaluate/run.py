@@ -99,12 +99,18 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
                 f"{data.op} [{i}/{len(todo)}] {cell.variant} K={cell.k} seed {cell.seed}: "
                 f"validation {preset.select.metric} {val:.3f} ({time.time() - started:.1f}s)"
             )
+    results += harness.portfolio_results(results)
     log(f"{data.op}: embeddings {cache.hits} reused, {cache.misses} computed")
     floor = harness.random_pick(data.test_runs())
     rows = report.ordered(report.summarize(results, preset.bootstrap))
     log(f"{data.op}: non-learned baselines (chosen on the {len(data.train)} training matrices)")
     picks = baselines.all_baselines(data.space, data.train_runs(), data.test_runs(), k=5)
-    learned = next((r for r in rows if r["variant"] == TL and r["k"] == tl_k(preset, rows)), None)
+    k = tl_k(preset, rows)
+    learned = next((r for r in rows if r["variant"] == TL and r["k"] == k), None)
+    with_portfolio = next(
+        (r for r in rows if r["variant"] == harness.TL_PORTFOLIO and r["k"] == k), None
+    )
+    compared = {name: vars(p) for name, p in picks.items()}
     return {
         "source": data.source_name,
         "data": _sizes(data),
@@ -120,8 +126,11 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
         "cells": results,
         "random_pick": floor,
         "rows": rows,
-        "baselines": report.baseline_comparison(
-            {name: vars(p) for name, p in picks.items()}, learned, preset.bootstrap
+        "baselines": report.baseline_comparison(compared, learned, preset.bootstrap),
+        "baselines_portfolio": (
+            report.baseline_comparison(compared, with_portfolio, preset.bootstrap)
+            if with_portfolio
+            else None
         ),
     }
 
@@ -245,7 +254,7 @@ def _baseline_section(res: dict[str, Any], k: int) -> list[str]:
     if not comparison:
         return []
     label = f"TL-{k}"
-    return [
+    lines = [
         "### Against non-learned baselines (test split)",
         "",
         "Each baseline is chosen on the training matrices only (all of them, not K) and gets "
@@ -258,6 +267,25 @@ def _baseline_section(res: dict[str, Any], k: int) -> list[str]:
         report.baseline_table(comparison, label),
         "",
     ]
+    with_portfolio = res.get("baselines_portfolio")
+    if with_portfolio:
+        label = f"TL-{k} + portfolio"
+        sizes = sorted(
+            {c["portfolio_size"] for c in res["cells"] if c["variant"] == harness.TL_PORTFOLIO}
+        )
+        lines += [
+            f"#### {label}",
+            "",
+            f"The same TL-{k} models ranking a portfolio first: the greedy fixed set of the "
+            "training matrices, its size chosen per seed on the validation matrices among "
+            f"5..64 configs and none (chosen sizes: {', '.join(map(str, sizes))}; 0 = none).",
+            "",
+            *[f"- {line}" for line in report.baseline_answers(with_portfolio, label)],
+            "",
+            report.baseline_table(with_portfolio, label),
+            "",
+        ]
+    return lines
 
 
 def _featurizer_words(preset: ExperimentPreset) -> str:

@@ -75,6 +75,22 @@ class CostModel(ABC):
     def score(self, embedding: Any, encoded: Any, width: int) -> np.ndarray:
         """Scores of encoded configs for the embedded matrix (float32, lower = faster)."""
 
+    @property
+    def portfolio(self) -> list[Config]:
+        """The fixed shortlist this model ranks ahead of every other config
+        (``cognate.model.portfolio``); empty when it has none."""
+        from cognate.model.portfolio import portfolio_configs
+
+        if getattr(self, "_portfolio", None) is None:
+            self._portfolio = portfolio_configs(self.metadata, self.space)
+        return self._portfolio
+
+    def order(self, configs: Sequence[Config], scores: np.ndarray) -> np.ndarray:
+        """Indices of ``configs`` best first: the portfolio's (by score), then the rest."""
+        from cognate.model.portfolio import portfolio_mask, portfolio_order
+
+        return portfolio_order(scores, portfolio_mask(configs, self.portfolio))
+
     def predict(
         self, matrix: Matrix, configs: Sequence[Config], width: int, batch: int = 8192
     ) -> np.ndarray:
@@ -188,7 +204,11 @@ class RandomModel(CostModel):
         seed = meta.get("seed")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise CognateError(f"{path}: random model without an integer seed")
-        return cls(space, seed, path)
+        model = cls(space, seed, path)
+        # a random ranking may still name its matrices and carry a portfolio (a baseline:
+        # the portfolio in random order)
+        model.metadata.update({k: meta[k] for k in ("split", "portfolio") if k in meta})
+        return model
 
     def save(self, path: str | Path) -> Path:
         from cognate.util import atomic_write

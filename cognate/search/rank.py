@@ -20,6 +20,7 @@ import numpy as np
 from cognate.config import Config
 from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel
+from cognate.model.portfolio import portfolio_mask, portfolio_order
 from cognate.space import Space
 from cognate.targets import Target, get_target
 
@@ -86,6 +87,20 @@ def candidate_set(space: Space, shape: tuple[int, int], n: int, seed: int) -> li
     return configs
 
 
+def with_portfolio(
+    configs: list[Config], portfolio: Sequence[Config]
+) -> tuple[list[Config], np.ndarray]:
+    """``configs`` plus the portfolio configs a sample missed (a large space's candidates are
+    a sample; a model ranks its portfolio ahead of them), and the portfolio's mask over them."""
+    members = portfolio_mask(configs, portfolio)
+    found = {configs[i].json for i in np.flatnonzero(members)}
+    missing = [c for c in portfolio if c.json not in found]
+    if missing:
+        configs = [*configs, *missing]
+        members = np.concatenate([members, np.ones(len(missing), dtype=bool)])
+    return configs, members
+
+
 def same_config(a: Config, b: Config) -> bool:
     """``a == b``, cheaply: Config equality hashes its canonical JSON (sha256), so a plain
     scan of 20k candidates cost ~0.3 s; equal configs have equal knob dicts, so comparing
@@ -145,10 +160,11 @@ def rank(
         embedding = pool.submit(embed, model, matrix, timings)
         start = time.perf_counter()
         configs = candidate_set(space, matrix.shape, n_candidates, seed)
+        configs, members = with_portfolio(configs, model.portfolio)
         timings.candidates_s = time.perf_counter() - start
         scores = score_configs(model, matrix, configs, width, timings, embedding=embedding)
     start = time.perf_counter()
-    order = np.argsort(scores, kind="stable")
+    order = portfolio_order(scores, members)
     timings.rank_s = time.perf_counter() - start
     timings.search_s = time.perf_counter() - wall
     ranked = [
@@ -199,7 +215,7 @@ def _cover_families(
     fits: Callable[[Config], bool],
 ) -> list[Candidate]:
     """``top`` with the best runnable config of each family it lacks swapped in (see
-    ``runnable_top``), in score order."""
+    ``runnable_top``), in rank order."""
     chosen = list(top)
     covered = {family(c.config) for c in chosen}
     probes: dict[str, int] = {}
@@ -217,4 +233,4 @@ def _cover_families(
         chosen.remove(removable[-1])
         chosen.append(dataclasses.replace(candidate, family_pick=True))
         covered.add(name)
-    return sorted(chosen, key=lambda c: c.score)
+    return sorted(chosen, key=lambda c: c.rank)  # rank order: a portfolio stays first

@@ -1,0 +1,71 @@
+"""``cognate portfolio``: give a trained model a fixed shortlist it ranks first."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from cognate.errors import CognateError
+
+
+def register(main: click.Group, data: click.Group) -> None:
+    main.add_command(portfolio)
+
+
+@click.command()
+@click.argument("model", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--db", type=click.Path(path_type=Path), required=True, help="Record store.")
+@click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "-o", "--output", type=click.Path(path_type=Path), default=None, help="Default: in place."
+)
+def portfolio(model: Path, db: Path, top_k: int, output: Path | None) -> None:
+    """Choose MODEL's portfolio: the greedy fixed M-set of its training matrices, ranked by
+    the model ahead of every other config, M chosen on its validation matrices (the model
+    alone when that ranks best there). Its held-out matrices are not read; a fine-tuned
+    model's fixed set comes from its K fine-tuning matrices only."""
+    from cognate.model.cost_model import CostModel
+    from cognate.model.portfolio import PORTFOLIO_KEY, choose_portfolio
+    from cognate.model.train import read_metadata
+    from cognate.records import load_runs
+    from cognate.targets import get_target
+
+    meta = read_metadata(model)
+    space = get_target(meta["target"]).space(meta["op"])
+    split = meta.get("split", {})
+    # a fine-tuned model saw only its K target matrices ("finetune"), not the whole train split
+    part = "finetune" if split.get("finetune") else "train"
+    train_keys = {m["sha256"] for m in split.get(part, [])}
+    val_keys = {m["sha256"] for m in split.get("validation", [])}
+    if not train_keys or not val_keys:
+        raise CognateError(f"{model}: its metadata names no training and validation matrices")
+    runs = load_runs(db, space)
+    train = [r for r in runs if r.key in train_keys]
+    validation = [r for r in runs if r.key in val_keys]
+    if not train or not validation:
+        raise CognateError(
+            f"{db}: no records of {model.name}'s training ({len(train)}) or validation "
+            f"({len(validation)}) matrices"
+        )
+    cost_model = CostModel.load(model, space)
+    entry = choose_portfolio(cost_model, train, validation, top_k)
+    cost_model.metadata[PORTFOLIO_KEY] = entry
+    written = cost_model.save(output or model)
+    _print_choice(Console(stderr=True), entry, written)
+
+
+def _print_choice(console: Console, entry: dict, written: Path) -> None:
+    k = entry["k"]
+    table = Table(title=f"validation ({entry['chosen_on']}): best of top-{k} by portfolio size")
+    for column in ("portfolio size", "top-1", f"top-{k}"):
+        table.add_column(column, justify="right")
+    for size, row in entry["validation"].items():
+        name = "none (model alone)" if size == "0" else size
+        mark = " *" if int(size) == entry["size"] else ""
+        table.add_row(name + mark, f"{row['top1']:.3f}x", f"{row[f'top{k}']:.3f}x")
+    console.print(table)
+    chosen = entry["size"] or "none: the model alone ranks best"
+    console.print(f"portfolio: {chosen}; model written to {written}", soft_wrap=True)

@@ -1,0 +1,156 @@
+"""A model's portfolio: the greedy fixed M-set ranked first, M chosen on validation."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cognate.cli import run as cli_run
+from cognate.collect import collect
+from cognate.evaluate.baselines import greedy_fixed_set
+from cognate.model.cost_model import CostModel
+from cognate.model.portfolio import (
+    PORTFOLIO_KEY,
+    choose_portfolio,
+    portfolio_order,
+)
+from cognate.model.preset import preset_from_dict
+from cognate.model.train import read_metadata, save_checkpoint, train
+from cognate.records import load_runs
+from cognate.search.rank import with_portfolio
+from cognate.targets import get_target
+
+WIDTH = 32
+MATRICES = ("494_bus", "olm500", "west0479", "bp_1200", "bcspwr06", "nnc1374")
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def space():
+    return get_target("spade").space("spmm")
+
+
+@pytest.fixture(scope="module")
+def trained(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(record store, tiny model) on 6 real matrices, every spade config simulated."""
+    tmp = tmp_path_factory.mktemp("portfolio")
+    files = [shared / "matrices" / "suitesparse" / f"{n}.mtx.gz" for n in MATRICES]
+    db = tmp / "r.db"
+    summary = collect("spade", "spmm", WIDTH, files, db_path=db, all_configs=True, jobs=1)
+    assert summary.exit_code == 0
+    space = get_target("spade").space("spmm")
+    preset = preset_from_dict(
+        "tiny",
+        {
+            "featurizer": {"channels": [4, 4], "embed_hidden": [16], "embedding_dim": 8},
+            "predictor": {"hidden": [32]},
+            "train": {"epochs": 2, "patience": 2, "configs_per_step": 64, "val_fraction": 0.34},
+        },
+    )
+    result = train(load_runs(db, space), space, preset, seed=0)
+    return db, save_checkpoint(tmp / "model.safetensors", result.model, result.metadata)
+
+
+def test_order_puts_the_portfolio_first_each_part_by_score() -> None:
+    scores = np.array([0.5, 0.1, 0.9, 0.3, 0.7])
+    members = np.array([False, False, True, False, True])
+    assert portfolio_order(scores, members).tolist() == [4, 2, 1, 3, 0]
+    assert portfolio_order(scores, np.zeros(5, dtype=bool)).tolist() == [1, 3, 0, 4, 2]
+
+
+def test_a_portfolio_config_the_sample_missed_is_added() -> None:
+    cpu = get_target("cpu").space("spmm")
+    sample = cpu.sample(50, 1, (5000, 5000))
+    other = next(c for c in cpu.sample(50, 2, (5000, 5000)) if c not in set(sample))
+    n = len(sample)
+    configs, members = with_portfolio(sample, [sample[3], other])
+    assert configs[:n] == sample and configs[n:] == [other]
+    assert np.flatnonzero(members).tolist() == [3, n]
+    assert with_portfolio(sample, [])[0] is sample
+
+
+def test_size_is_the_best_of_top_k_on_validation(trained, space) -> None:
+    db, path = trained
+    model = CostModel.load(path, space)
+    split = read_metadata(path)["split"]
+    runs = load_runs(db, space)
+    train_keys = {m["sha256"] for m in split["train"]}
+    train = [r for r in runs if r.key in train_keys]
+    validation = [r for r in runs if r.key not in train_keys]
+    entry = choose_portfolio(model, train, validation, k=5)
+    chosen = greedy_fixed_set(train, 64)
+    assert "0" in entry["validation"] and len(entry["validation"]) > 3
+
+    def best_of_5(size: int) -> float:  # brute force: sort by (outside the portfolio, score)
+        members = set(chosen[:size])
+        logs = []
+        for run in validation:
+            scores = model.predict(run.matrix, run.configs, run.width)
+            keyed = sorted(
+                range(len(run.configs)),
+                key=lambda i: (run.configs[i].hash not in members, scores[i], i),
+            )
+            logs.append(np.log(run.runtimes[run.baseline] / run.runtimes[keyed[:5]].min()))
+        return float(np.exp(np.mean(logs)))
+
+    for size, row in entry["validation"].items():
+        assert row["top5"] == pytest.approx(best_of_5(int(size)), rel=1e-9)
+    best = max(row["top5"] for row in entry["validation"].values())
+    assert entry["validation"][str(entry["size"])]["top5"] == pytest.approx(best, rel=1e-6)
+    assert [space.validate(k).hash for k in entry["configs"]] == chosen[: entry["size"]]
+
+
+def test_cli_writes_the_portfolio_and_tune_ranks_it_first(trained, space, tmp_path, capsys):
+    db, path = trained
+    out = tmp_path / "with-portfolio.safetensors"
+    with pytest.raises(SystemExit) as exit_info:
+        cli_run(["portfolio", str(path), "--db", str(db), "-o", str(out)])
+    assert exit_info.value.code in (0, None)
+    err = capsys.readouterr().err
+    assert "portfolio size" in err and str(out) in err
+    entry = read_metadata(out)[PORTFOLIO_KEY]
+    assert read_metadata(path).get(PORTFOLIO_KEY) is None  # the input is left as it was
+    assert CostModel.load(out, space).portfolio == [space.validate(k) for k in entry["configs"]]
+
+    # tune ranks a portfolio first whatever its size: set one of 3 by hand
+    model = CostModel.load(out, space)
+    picks = space.candidates(0, 0, (1000, 1000))[100:103]
+    model.metadata[PORTFOLIO_KEY] = {**entry, "configs": [dict(c.knobs) for c in picks]}
+    model.save(out)
+    tuned = json.loads(_tune(out, capsys))
+    top = [c["hash"] for c in tuned["candidates"][:3]]
+    assert set(top) == {c.hash for c in picks}
+    assert [c["score"] for c in tuned["candidates"][:3]] == sorted(
+        c["score"] for c in tuned["candidates"][:3]
+    )
+
+
+def _tune(model: Path, capsys) -> str:
+    from cognate.paths import shared_dir
+
+    matrix = shared_dir() / "matrices" / "suitesparse" / "dwt_878.mtx.gz"
+    args = ["tune", str(matrix), "--target", "spade", "--op", "spmm", "--width", str(WIDTH)]
+    with pytest.raises(SystemExit) as exit_info:
+        cli_run([*args, "--model", str(model), "--json"])
+    out, err = capsys.readouterr()
+    assert exit_info.value.code in (0, None), err
+    return out
+
+
+def test_bad_inputs_are_one_line(trained, tmp_path, capsys) -> None:
+    db, path = trained
+    random_model = tmp_path / "random.json"
+    with pytest.raises(SystemExit) as exit_info:
+        cli_run(["portfolio", str(path), "--db", str(tmp_path / "none.db")])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "no such record store" in err
+    random_model.write_text("{}")
+    with pytest.raises(SystemExit) as exit_info:
+        cli_run(["portfolio", str(random_model), "--db", str(db)])
+    assert exit_info.value.code == 1
+    assert capsys.readouterr().err.strip().count("\n") == 0
