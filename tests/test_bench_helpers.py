@@ -135,3 +135,50 @@ def test_corpus_report_label_noise_from_the_repeats_table(shared, tmp_path) -> N
     assert lines[0].startswith("cpu spmm label noise: 4 quiet repeated (matrix, config) pairs")
     assert "Spearman of speedups over the baseline 1.000" in lines[0]
     assert lines[1].startswith("(1 repeated pairs left out")
+
+
+def test_eval_tune_scores_the_model_and_the_fixed_set_on_one_matrix(shared, tmp_path) -> None:
+    """eval_tune: the fixed set comes from the model's training matrices' records; the model's
+    top-k, the fixed set and the baseline are measured together; spade's oracle bounds all."""
+    import argparse
+    import json
+
+    from cognate.collect import collect
+    from cognate.evaluate.baselines import greedy_fixed_set
+    from cognate.io import load_matrix
+    from cognate.model.cost_model import CostModel, RandomModel
+    from cognate.records import load_runs
+    from cognate.targets import get_target
+
+    spec = importlib.util.spec_from_file_location("eval_tune", SCRIPTS / "eval_tune.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    root = shared / "matrices" / "suitesparse"
+    files = [root / f"{n}.mtx.gz" for n in ("494_bus", "olm500", "west0479")]
+    db = tmp_path / "r.db"
+    assert collect("spade", "spmm", 32, files, db_path=db, all_configs=True, jobs=1).exit_code == 0
+    target = get_target("spade")
+    space = target.space("spmm")
+    path = RandomModel(space, seed=3).save(tmp_path / "random.json")
+    meta = json.loads(path.read_text())
+    train = [load_matrix(f) for f in files[:2]]
+    meta["split"] = {"train": [{"sha256": m.sha256, "name": m.name} for m in train]}
+    path.write_text(json.dumps(meta))
+    model = CostModel.load(path, space)
+    assert module.seen_matrices(model) == {m.sha256 for m in train}
+
+    fixed = module.fixed_set(db, model, 32, 5)
+    runs = [r for r in load_runs(db, space) if r.key in module.seen_matrices(model)]
+    assert [c.hash for c in fixed] == greedy_fixed_set(runs, 5) and len(fixed) == 5
+
+    matrix = load_matrix(root / "dwt_878.mtx.gz")
+    args = argparse.Namespace(target="spade", op="spmm", width=32, top_k=5, threads=None)
+    top1, topk, fixed1, fixedk, oracle = module.evaluate_matrix(matrix, args, target, model, fixed)
+    measured = module.ok_times(
+        target.measure(matrix, "spmm", 32, [space.baseline(matrix.shape), fixed[0]])
+    )
+    base = measured[space.baseline(matrix.shape).hash]
+    assert fixed1 == pytest.approx(base / measured[fixed[0].hash], rel=1e-9)  # deterministic
+    assert topk >= top1 and fixedk >= fixed1
+    assert oracle >= max(topk, fixedk) - 1e-12
