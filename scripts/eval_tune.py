@@ -23,7 +23,6 @@ is printed is out of sample. cpu timings need a quiet machine (nothing else runn
 from __future__ import annotations
 
 import argparse
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +31,7 @@ import numpy as np
 
 from cognate.config import Config
 from cognate.evaluate.baselines import greedy_fixed_set
-from cognate.evaluate.stats import bootstrap_ci, mean_of_ratio
+from cognate.evaluate.stats import bootstrap_ci, geomean, mean_of_ratio
 from cognate.io import expand_matrix_paths, load_matrix
 from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel
@@ -53,10 +52,6 @@ class Scores:
     fixed1: list[float] = field(default_factory=list)
     fixedk: list[float] = field(default_factory=list)
     oracle: list[float] = field(default_factory=list)
-
-
-def geomean(values: Sequence[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def split_keys(model: CostModel, *parts: str) -> set[str]:

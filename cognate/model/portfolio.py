@@ -63,10 +63,6 @@ def best_of_top(run: MatrixRuns, order: np.ndarray, k: int) -> tuple[float, floa
     return float(base / run.runtimes[order[0]]), float(base / run.runtimes[order[:k]].min())
 
 
-def _geomean(values: Sequence[float]) -> float:
-    return float(np.exp(np.mean(np.log(values)))) if len(values) else float("nan")
-
-
 def choose_portfolio(
     model: CostModel,
     train: Sequence[MatrixRuns],
@@ -77,6 +73,7 @@ def choose_portfolio(
     M chosen on ``validation`` (see the module doc). ``configs`` is empty when the model alone
     ranks best on validation."""
     from cognate.evaluate.baselines import greedy_fixed_set
+    from cognate.evaluate.stats import geomean
 
     validation = [r for r in validation if r.baseline is not None]
     if not validation:
@@ -94,8 +91,8 @@ def choose_portfolio(
             for r in validation
         ]
         table[str(size)] = {
-            "top1": _geomean([p[0] for p in picks]),
-            f"top{k}": _geomean([p[1] for p in picks]),
+            "top1": geomean([p[0] for p in picks]),
+            f"top{k}": geomean([p[1] for p in picks]),
         }
     best = max(table, key=lambda s: (round(table[s][f"top{k}"], 6), s == "0", int(s)))
     size = int(best)
