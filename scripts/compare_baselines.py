@@ -20,6 +20,7 @@ import numpy as np
 from cognate.evaluate.baselines import all_baselines, greedy_fixed_set
 from cognate.evaluate.stats import bootstrap_ci, mean_of_ratio
 from cognate.model.cost_model import CostModel
+from cognate.model.portfolio import describe_portfolio
 from cognate.model.train import read_metadata
 from cognate.records import load_runs
 from cognate.targets import get_target
@@ -84,8 +85,7 @@ def main() -> None:
     row = lambda d: np.array([[d[n] for n in names]])  # noqa: E731 - (1, matrices)
     pct = lambda d: bootstrap_ci([row(d), row(oracle)], mean_of_ratio).text("{:.1%}")  # noqa: E731
     print(f"{args.model.name}: {len(train)} training, {len(names)} held-out matrices")
-    size = len(model.portfolio)
-    print(f"model's portfolio: {f'{size} configs, ranked first' if size else 'none'}")
+    print(f"model's {describe_portfolio(model.metadata)}")
     print(f"model  top-1 {pct(mine1)} of oracle, best of top-5 {pct(mine5)}")
     baselines = all_baselines(space, train, test, k=5)
     for size in args.portfolio:

@@ -35,6 +35,7 @@ from cognate.evaluate.stats import bootstrap_ci, geomean, mean_of_ratio
 from cognate.io import expand_matrix_paths, load_matrix
 from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel
+from cognate.model.portfolio import describe_portfolio
 from cognate.paths import shared_dir
 from cognate.records import load_runs
 from cognate.runner import Measurement
@@ -170,7 +171,7 @@ def main() -> None:
     fixed = fixed_set(args.db, model, args.width, args.top_k)
     scores = Scores()
     k = args.top_k
-    portfolio = f"portfolio of {len(model.portfolio)}" if model.portfolio else "no portfolio"
+    portfolio = describe_portfolio(model.metadata)
     print(f"model {path} ({portfolio}); {args.target} {args.op}, width {args.width}, top-{k}")
     print(f"{'matrix':<28}{'nnz':>9}{'top-1':>8}{f'top-{k}':>8}{'fix-1':>8}{f'fix-{k}':>8}", end="")
     print(f"{'oracle':>8}  note")

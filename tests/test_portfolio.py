@@ -15,6 +15,7 @@ from cognate.model.cost_model import CostModel
 from cognate.model.portfolio import (
     PORTFOLIO_KEY,
     choose_portfolio,
+    portfolio_anchor,
     portfolio_order,
 )
 from cognate.model.preset import preset_from_dict
@@ -57,9 +58,25 @@ def trained(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
 
 def test_order_puts_the_portfolio_first_each_part_by_score() -> None:
     scores = np.array([0.5, 0.1, 0.9, 0.3, 0.7])
-    members = np.array([False, False, True, False, True])
-    assert portfolio_order(scores, members).tolist() == [4, 2, 1, 3, 0]
-    assert portfolio_order(scores, np.zeros(5, dtype=bool)).tolist() == [1, 3, 0, 4, 2]
+    positions = np.array([-1, -1, 0, -1, 1])
+    assert portfolio_order(scores, positions).tolist() == [4, 2, 1, 3, 0]
+    assert portfolio_order(scores, np.full(5, -1)).tolist() == [1, 3, 0, 4, 2]
+
+
+def test_an_anchor_holds_the_greedy_order_against_small_gaps() -> None:
+    """Members go by score + anchor x greedy position: the model overrides the greedy order
+    only where its predicted gap is wider than the anchor; inf keeps the greedy order."""
+    scores = np.array([0.50, 0.45, 0.10, 2.0])  # lower = faster
+    positions = np.array([0, 1, 2, -1])
+    assert portfolio_order(scores, positions, 0.0).tolist() == [2, 1, 0, 3]
+    # 0.1 per position: 0.50 / 0.55 / 0.30: the big gap (config 2) still wins, the small not
+    assert portfolio_order(scores, positions, 0.1).tolist() == [2, 0, 1, 3]
+    assert portfolio_order(scores, positions, 0.3).tolist() == [0, 2, 1, 3]  # 0.5/0.75/0.7
+    assert portfolio_order(scores, positions, np.inf).tolist() == [0, 1, 2, 3]
+    meta = {PORTFOLIO_KEY: {"anchor": 0.0, "fixed_order": True}}
+    assert portfolio_anchor(meta) == np.inf
+    assert portfolio_anchor({PORTFOLIO_KEY: {"anchor": 0.25}}) == 0.25
+    assert portfolio_anchor({}) == 0.0  # a model of before anchors: the model's order
 
 
 def test_a_portfolio_config_the_sample_missed_is_added() -> None:
@@ -67,13 +84,14 @@ def test_a_portfolio_config_the_sample_missed_is_added() -> None:
     sample = cpu.sample(50, 1, (5000, 5000))
     other = next(c for c in cpu.sample(50, 2, (5000, 5000)) if c not in set(sample))
     n = len(sample)
-    configs, members = with_portfolio(sample, [sample[3], other])
+    configs, positions = with_portfolio(sample, [sample[3], other])
     assert configs[:n] == sample and configs[n:] == [other]
-    assert np.flatnonzero(members).tolist() == [3, n]
+    assert np.flatnonzero(positions >= 0).tolist() == [3, n]
+    assert positions[3] == 0 and positions[n] == 1
     assert with_portfolio(sample, [])[0] is sample
 
 
-def test_size_is_the_best_of_top_k_on_validation(trained, space) -> None:
+def test_size_and_anchor_are_the_best_product_on_validation(trained, space) -> None:
     db, path = trained
     model = CostModel.load(path, space)
     split = read_metadata(path)["split"]
@@ -83,24 +101,40 @@ def test_size_is_the_best_of_top_k_on_validation(trained, space) -> None:
     validation = [r for r in runs if r.key not in train_keys]
     entry = choose_portfolio(model, train, validation, k=5)
     chosen = greedy_fixed_set(train, 64)
-    assert "0" in entry["validation"] and len(entry["validation"]) > 3
+    rows = entry["validation"]
+    assert rows[0]["size"] == 0 and len({r["size"] for r in rows}) > 3
+    assert {r["anchor"] for r in rows if r["size"]} >= {0.0, 1.0, "fixed"}
 
-    def best_of_5(size: int) -> float:  # brute force: sort by (outside the portfolio, score)
-        members = set(chosen[:size])
-        logs = []
+    def brute(size: int, factor: float | str) -> tuple[float, float]:
+        """(top-1, best of 5) geomeans: sort by (outside, score + anchor x position) by hand."""
+        position = {h: i for i, h in enumerate(chosen[:size])}
+        logs1, logs5 = [], []
         for run in validation:
             scores = model.predict(run.matrix, run.configs, run.width)
-            keyed = sorted(
-                range(len(run.configs)),
-                key=lambda i: (run.configs[i].hash not in members, scores[i], i),
-            )
-            logs.append(np.log(run.runtimes[run.baseline] / run.runtimes[keyed[:5]].min()))
-        return float(np.exp(np.mean(logs)))
+            keys = []
+            for i, config in enumerate(run.configs):
+                p = position.get(config.hash)
+                if p is None:
+                    keys.append((1, 0.0, scores[i], i))
+                elif factor == "fixed":
+                    keys.append((0, p, 0.0, i))
+                else:
+                    keys.append((0, scores[i] + factor * entry["anchor_unit"] * p, 0.0, i))
+            keyed = sorted(range(len(run.configs)), key=keys.__getitem__)
+            base = run.runtimes[run.baseline]
+            logs1.append(np.log(base / run.runtimes[keyed[0]]))
+            logs5.append(np.log(base / run.runtimes[keyed[:5]].min()))
+        return float(np.exp(np.mean(logs1))), float(np.exp(np.mean(logs5)))
 
-    for size, row in entry["validation"].items():
-        assert row["top5"] == pytest.approx(best_of_5(int(size)), rel=1e-9)
-    best = max(row["top5"] for row in entry["validation"].values())
-    assert entry["validation"][str(entry["size"])]["top5"] == pytest.approx(best, rel=1e-6)
+    for row in rows[:: max(1, len(rows) // 12)] + [r for r in rows if r["chosen"]]:
+        top1, top5 = brute(row["size"], row["anchor"])
+        assert row["top1"] == pytest.approx(top1, rel=1e-6)
+        assert row["top5"] == pytest.approx(top5, rel=1e-6)
+    best = max(r["top1"] * r["top5"] for r in rows)
+    (picked,) = [r for r in rows if r["chosen"]]
+    assert picked["top1"] * picked["top5"] == pytest.approx(best, rel=1e-5)
+    assert picked["size"] == entry["size"]
+    assert entry["fixed_order"] == (picked["anchor"] == "fixed")
     assert [space.validate(k).hash for k in entry["configs"]] == chosen[: entry["size"]]
 
 
@@ -119,7 +153,8 @@ def test_cli_writes_the_portfolio_and_tune_ranks_it_first(trained, space, tmp_pa
     # tune ranks a portfolio first whatever its size: set one of 3 by hand
     model = CostModel.load(out, space)
     picks = space.candidates(0, 0, (1000, 1000))[100:103]
-    model.metadata[PORTFOLIO_KEY] = {**entry, "configs": [dict(c.knobs) for c in picks]}
+    knobs = [dict(c.knobs) for c in picks]
+    model.metadata[PORTFOLIO_KEY] = {**entry, "configs": knobs, "anchor": 0.0, "fixed_order": False}
     model.save(out)
     tuned = json.loads(_tune(out, capsys))
     top = [c["hash"] for c in tuned["candidates"][:3]]
@@ -127,6 +162,11 @@ def test_cli_writes_the_portfolio_and_tune_ranks_it_first(trained, space, tmp_pa
     assert [c["score"] for c in tuned["candidates"][:3]] == sorted(
         c["score"] for c in tuned["candidates"][:3]
     )
+    # a fixed order: tune's top 3 is the portfolio in its own order, whatever the scores
+    model.metadata[PORTFOLIO_KEY] = {**entry, "configs": knobs[::-1], "fixed_order": True}
+    model.save(out)
+    tuned = json.loads(_tune(out, capsys))
+    assert [c["hash"] for c in tuned["candidates"][:3]] == [c.hash for c in picks[::-1]]
 
 
 def _tune(model: Path, capsys) -> str:

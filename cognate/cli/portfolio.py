@@ -24,8 +24,8 @@ def register(main: click.Group, data: click.Group) -> None:
 )
 def portfolio(model: Path, db: Path, top_k: int, output: Path | None) -> None:
     """Choose MODEL's portfolio: the greedy fixed M-set of its training matrices, ranked by
-    the model ahead of every other config, M chosen on its validation matrices (the model
-    alone when that ranks best there). Its held-out matrices are not read; a fine-tuned
+    the model ahead of every other config and anchored to its greedy order, M and the anchor
+    chosen on its validation matrices (the model alone when that ranks best there). Its held-out matrices are not read; a fine-tuned
     model's fixed set comes from its K fine-tuning matrices only."""
     from cognate.model.cost_model import CostModel
     from cognate.model.portfolio import PORTFOLIO_KEY, choose_portfolio
@@ -59,13 +59,34 @@ def portfolio(model: Path, db: Path, top_k: int, output: Path | None) -> None:
 
 def _print_choice(console: Console, entry: dict, written: Path) -> None:
     k = entry["k"]
-    table = Table(title=f"validation ({entry['chosen_on']}): best of top-{k} by portfolio size")
-    for column in ("portfolio size", "top-1", f"top-{k}"):
+    table = Table(
+        title=f"validation ({entry['chosen_on']}): top-1 and best of top-{k} by portfolio size, "
+        "at its best anchor (typical score gaps per greedy position; fixed: the greedy order)"
+    )
+    for column in ("portfolio size", "anchor", "top-1", f"top-{k}", "product"):
         table.add_column(column, justify="right")
-    for size, row in entry["validation"].items():
-        name = "none (model alone)" if size == "0" else size
-        mark = " *" if int(size) == entry["size"] else ""
-        table.add_row(name + mark, f"{row['top1']:.3f}x", f"{row[f'top{k}']:.3f}x")
+    best_per_size: dict[int, dict] = {}
+    for row in entry["validation"]:  # rows in anchor order: a tie keeps the smaller anchor
+        kept = best_per_size.get(row["size"])
+        if kept is None or row["top1"] * row[f"top{k}"] > kept["top1"] * kept[f"top{k}"]:
+            best_per_size[row["size"]] = row
+    for row in entry["validation"]:  # the choice shows, whatever a rounding tie did
+        if row.get("chosen"):
+            best_per_size[row["size"]] = row
+    for row in best_per_size.values():
+        if row["size"] == 0:
+            size, anchor = "none (model alone)", ""
+        else:
+            size, anchor = str(row["size"]), str(row["anchor"])
+        mark = " *" if row.get("chosen") else ""
+        product = row["top1"] * row[f"top{k}"]
+        table.add_row(
+            size + mark, anchor, f"{row['top1']:.3f}x", f"{row[f'top{k}']:.3f}x", f"{product:.3f}"
+        )
     console.print(table)
-    chosen = entry["size"] or "none: the model alone ranks best"
+    if not entry["size"]:
+        chosen = "none: the model alone ranks best"
+    else:
+        order = "greedy order" if entry["fixed_order"] else f"anchor {entry['anchor']:.4g}"
+        chosen = f"{entry['size']} configs, {order}"
     console.print(f"portfolio: {chosen}; model written to {written}", soft_wrap=True)

@@ -270,15 +270,22 @@ def _baseline_section(res: dict[str, Any], k: int) -> list[str]:
     with_portfolio = res.get("baselines_portfolio")
     if with_portfolio:
         label = f"TL-{k} + portfolio"
-        sizes = sorted(
-            {c["portfolio_size"] for c in res["cells"] if c["variant"] == harness.TL_PORTFOLIO}
+        chosen = sorted(
+            {
+                f"{c['portfolio_size']} ({c.get('portfolio_order', 'anchor 0')})"
+                for c in res["cells"]
+                if c["variant"] == harness.TL_PORTFOLIO
+            }
         )
         lines += [
             f"#### {label}",
             "",
             f"The same TL-{k} models ranking a portfolio first: the greedy fixed set of the "
             "training matrices, its size chosen per seed on the validation matrices among "
-            f"5..64 configs and none (chosen sizes: {', '.join(map(str, sizes))}; 0 = none).",
+            "5..64 configs and none, together with how firmly it keeps its greedy order (an "
+            "anchor, in typical score gaps per position: 0 = the model's order, fixed = the "
+            "greedy order), by the product of the top-1 and top-5 geomeans (chosen: "
+            f"{', '.join(chosen)}; 0 = none).",
             "",
             *[f"- {line}" for line in report.baseline_answers(with_portfolio, label)],
             "",

@@ -85,11 +85,20 @@ class CostModel(ABC):
             self._portfolio = portfolio_configs(self.metadata, self.space)
         return self._portfolio
 
-    def order(self, configs: Sequence[Config], scores: np.ndarray) -> np.ndarray:
-        """Indices of ``configs`` best first: the portfolio's (by score), then the rest."""
-        from cognate.model.portfolio import portfolio_mask, portfolio_order
+    @property
+    def portfolio_anchor(self) -> float:
+        """How firmly the portfolio keeps its greedy order (``cognate.model.portfolio``)."""
+        from cognate.model.portfolio import portfolio_anchor
 
-        return portfolio_order(scores, portfolio_mask(configs, self.portfolio))
+        return portfolio_anchor(self.metadata)
+
+    def order(self, configs: Sequence[Config], scores: np.ndarray) -> np.ndarray:
+        """Indices of ``configs`` best first: the portfolio's (by anchored score), then the
+        rest by score."""
+        from cognate.model.portfolio import portfolio_order, portfolio_positions
+
+        positions = portfolio_positions(configs, self.portfolio)
+        return portfolio_order(scores, positions, self.portfolio_anchor)
 
     def predict(
         self, matrix: Matrix, configs: Sequence[Config], width: int, batch: int = 8192

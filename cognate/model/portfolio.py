@@ -10,12 +10,21 @@ model and placed ahead of every other config. M is chosen on the model's validat
 portfolio" (the model alone), by the geomean of the best of the top-k; a tie keeps the larger
 M (more left to the model). With M = k the top-k is the fixed set, in the model's order.
 
-The portfolio lives in the model's metadata as knob dicts (each validated by the space on
-load, like any config from a file) with the validation numbers that chose it.
+Within the portfolio the model's order may be *anchored* to the greedy order: each member's
+score gets ``anchor`` times its greedy position added (scores: lower = faster), so the model
+overrides the greedy order only where it predicts a gap wider than the anchor; 0 is the
+model's own order, ``fixed_order`` the greedy order itself (top-1 = the best fixed config).
+Why: with a fixed config at ~98% of the oracle, a model's unconfident reshuffles of the
+portfolio cost its top-1 more than its confident ones gain. M and the anchor are chosen
+together on validation by the product of the geomeans of the top-1 and the best of top-k.
+
+The portfolio lives in the model's metadata as knob dicts in greedy order (each validated by
+the space on load, like any config from a file) with the validation numbers that chose it.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +39,8 @@ if TYPE_CHECKING:
 
 PORTFOLIO_KEY = "portfolio"
 SIZE_FACTORS = (1.0, 1.2, 1.6, 2.0, 2.4, 3.2, 4.0, 6.4, 12.8)  # times k: the sizes tried
+# anchors tried, in units of the validation matrices' median spread of member scores
+ANCHOR_FACTORS = (0.0, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, math.inf)
 
 
 def portfolio_configs(metadata: dict[str, Any], space: Space) -> list[Config]:
@@ -38,23 +49,51 @@ def portfolio_configs(metadata: dict[str, Any], space: Space) -> list[Config]:
     return [space.validate(knobs) for knobs in entry.get("configs") or []]
 
 
-def portfolio_mask(configs: Sequence[Config], portfolio: Sequence[Config]) -> np.ndarray:
-    """Which of ``configs`` are in ``portfolio`` (one pass over the configs' canonical JSON:
-    cheaper than their sha256 over 20k candidates)."""
-    wanted = {c.json for c in portfolio}
-    if not wanted:
-        return np.zeros(len(configs), dtype=bool)
-    return np.fromiter((c.json in wanted for c in configs), dtype=bool, count=len(configs))
+def portfolio_anchor(metadata: dict[str, Any]) -> float:
+    """The anchor a model's portfolio entry carries (0: the model's order; inf: fixed order)."""
+    entry = metadata.get(PORTFOLIO_KEY) or {}
+    return math.inf if entry.get("fixed_order") else float(entry.get("anchor") or 0.0)
 
 
-def portfolio_order(scores: np.ndarray, members: np.ndarray) -> np.ndarray:
-    """Indices best first: the portfolio ``members`` (a mask) by score, then the rest by
-    score. Without members, a plain stable argsort of the scores."""
+def describe_portfolio(metadata: dict[str, Any]) -> str:
+    """One phrase: the portfolio's size and how its order is kept."""
+    entry = metadata.get(PORTFOLIO_KEY) or {}
+    size = len(entry.get("configs") or [])
+    if not size:
+        return "no portfolio"
+    anchor = portfolio_anchor(metadata)
+    if math.isinf(anchor):
+        return f"portfolio of {size}, in its greedy order"
+    return f"portfolio of {size}, ranked by the model" + (
+        f", anchor {anchor:.3g}" if anchor else ""
+    )
+
+
+def portfolio_positions(configs: Sequence[Config], portfolio: Sequence[Config]) -> np.ndarray:
+    """Each of ``configs``' position in ``portfolio`` (its greedy order), -1 outside it (one
+    pass over the configs' canonical JSON: cheaper than their sha256 over 20k candidates)."""
+    position = {c.json: i for i, c in enumerate(portfolio)}
+    if not position:
+        return np.full(len(configs), -1, dtype=np.int64)
+    return np.fromiter(
+        (position.get(c.json, -1) for c in configs), dtype=np.int64, count=len(configs)
+    )
+
+
+def portfolio_order(scores: np.ndarray, positions: np.ndarray, anchor: float = 0.0) -> np.ndarray:
+    """Indices best first: the portfolio's members (``positions`` >= 0), then the rest by
+    score. Members go by score plus ``anchor`` per greedy position (0: by score alone; inf:
+    in greedy order). Without members, a plain stable argsort of the scores."""
     order = np.argsort(scores, kind="stable")
-    if not members.any():
+    inside = positions[order] >= 0
+    if not inside.any():
         return order
-    inside = members[order]
-    return np.concatenate([order[inside], order[~inside]])
+    members = order[inside]
+    if anchor > 0:
+        greedy = positions[members].astype(np.float64)
+        key = greedy if math.isinf(anchor) else scores[members] + anchor * greedy
+        members = members[np.argsort(key, kind="stable")]
+    return np.concatenate([members, order[~inside]])
 
 
 def best_of_top(run: MatrixRuns, order: np.ndarray, k: int) -> tuple[float, float]:
@@ -82,25 +121,50 @@ def choose_portfolio(
     chosen = greedy_fixed_set(train, largest)
     by_hash = {c.hash: c for r in train for c in r.configs}
     scores = {id(r): model.predict(r.matrix, r.configs, r.width) for r in validation}
+    largest_set = [by_hash[h] for h in chosen]
+    positions = {id(r): portfolio_positions(r.configs, largest_set) for r in validation}
+    scale = _member_spread(validation, scores, positions)
     sizes = sorted({min(len(chosen), max(k, round(k * f))) for f in SIZE_FACTORS})
-    table: dict[str, dict[str, float]] = {}
-    for size in [0, *sizes]:  # 0: no portfolio
-        members = [by_hash[h] for h in chosen[:size]]
-        picks = [
-            best_of_top(r, portfolio_order(scores[id(r)], portfolio_mask(r.configs, members)), k)
-            for r in validation
-        ]
-        table[str(size)] = {
-            "top1": geomean([p[0] for p in picks]),
-            f"top{k}": geomean([p[1] for p in picks]),
-        }
-    best = max(table, key=lambda s: (round(table[s][f"top{k}"], 6), s == "0", int(s)))
-    size = int(best)
+    rows = []
+    for size, factor in [(0, 0.0)] + [(s, f) for s in sizes for f in ANCHOR_FACTORS]:
+        picks = []
+        for r in validation:  # a prefix of the greedy set: positions past ``size`` drop out
+            inside = np.where(positions[id(r)] < size, positions[id(r)], -1)
+            picks.append(best_of_top(r, portfolio_order(scores[id(r)], inside, factor * scale), k))
+        top1, topk = geomean([p[0] for p in picks]), geomean([p[1] for p in picks])
+        rows.append({"size": size, "anchor": factor, "top1": top1, f"top{k}": topk})
+    # the best product of the two geomeans; a tie keeps the larger M, then the smaller anchor
+    best = max(rows, key=lambda w: (round(w["top1"] * w[f"top{k}"], 6), w["size"], -w["anchor"]))
+    size, factor = best["size"], best["anchor"]
     return {
         "configs": [dict(by_hash[h].knobs) for h in chosen[:size]],
         "size": size,
+        "anchor": 0.0 if math.isinf(factor) else factor * scale,
+        "fixed_order": math.isinf(factor),
+        "anchor_unit": scale,
         "k": k,
         "chosen_on": f"{len(validation)} validation matrices",
         "greedy_from": f"{len(train)} training runs",
-        "validation": table,
+        "validation": [
+            {**w, "anchor": _anchor_name(w["anchor"]), "chosen": w is best} for w in rows
+        ],
     }
+
+
+def _member_spread(
+    runs: Sequence[MatrixRuns], scores: dict[int, np.ndarray], positions: dict[int, np.ndarray]
+) -> float:
+    """The anchors' unit: the median over ``runs`` of the spread (std) of the scores of the
+    portfolio members they have, so an anchor reads as "this many typical gaps"."""
+    spreads = [
+        float(np.std(scores[id(r)][positions[id(r)] >= 0]))
+        for r in runs
+        if (positions[id(r)] >= 0).sum() > 1
+    ]
+    spread = float(np.median(spreads)) if spreads else 0.0
+    return spread if spread > 0 else 1.0
+
+
+def _anchor_name(factor: float) -> float | str:
+    """An anchor factor for JSON: "fixed" for the greedy order (JSON has no infinity)."""
+    return "fixed" if math.isinf(factor) else factor

@@ -20,7 +20,7 @@ import numpy as np
 from cognate.config import Config
 from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel
-from cognate.model.portfolio import portfolio_mask, portfolio_order
+from cognate.model.portfolio import portfolio_order, portfolio_positions
 from cognate.space import Space
 from cognate.targets import Target, get_target
 
@@ -91,14 +91,15 @@ def with_portfolio(
     configs: list[Config], portfolio: Sequence[Config]
 ) -> tuple[list[Config], np.ndarray]:
     """``configs`` plus the portfolio configs a sample missed (a large space's candidates are
-    a sample; a model ranks its portfolio ahead of them), and the portfolio's mask over them."""
-    members = portfolio_mask(configs, portfolio)
-    found = {configs[i].json for i in np.flatnonzero(members)}
-    missing = [c for c in portfolio if c.json not in found]
+    a sample; a model ranks its portfolio ahead of them), and each one's position in the
+    portfolio (-1 outside it)."""
+    positions = portfolio_positions(configs, portfolio)
+    found = set(positions[positions >= 0].tolist())
+    missing = [i for i in range(len(portfolio)) if i not in found]
     if missing:
-        configs = [*configs, *missing]
-        members = np.concatenate([members, np.ones(len(missing), dtype=bool)])
-    return configs, members
+        configs = [*configs, *(portfolio[i] for i in missing)]
+        positions = np.concatenate([positions, np.array(missing, dtype=np.int64)])
+    return configs, positions
 
 
 def same_config(a: Config, b: Config) -> bool:
@@ -160,11 +161,11 @@ def rank(
         embedding = pool.submit(embed, model, matrix, timings)
         start = time.perf_counter()
         configs = candidate_set(space, matrix.shape, n_candidates, seed)
-        configs, members = with_portfolio(configs, model.portfolio)
+        configs, positions = with_portfolio(configs, model.portfolio)
         timings.candidates_s = time.perf_counter() - start
         scores = score_configs(model, matrix, configs, width, timings, embedding=embedding)
     start = time.perf_counter()
-    order = portfolio_order(scores, members)
+    order = portfolio_order(scores, positions, model.portfolio_anchor)
     timings.rank_s = time.perf_counter() - start
     timings.search_s = time.perf_counter() - wall
     ranked = [
