@@ -357,3 +357,21 @@ def test_transfer_answers_pair_tl_with_nt() -> None:
     assert any("match NT-20? **Yes**: TL / NT 1.000x" in line for line in lines)
     other = {**nt5, "k": 10, "matrices": ["a"]}  # not paired: no claim
     assert not any("NT-10" in line for line in report.transfer_answers([tl, other], 5, 200))
+
+
+def test_baseline_answers_call_a_ci_at_one_a_tie() -> None:
+    from cognate.evaluate import report
+
+    def row(low: float, mean: float, high: float) -> dict:
+        ratio = {"mean": mean, "low": low, "high": high, "seeds": 1, "matrices": 3}
+        return {"baseline": "fixed", "ratio_top1": ratio, "ratio_top5": ratio}
+
+    def verdict(low: float, mean: float, high: float) -> str:
+        (line, _) = report.baseline_answers([row(low, mean, high)], "TL-5")
+        return line.split("**")[1]
+
+    assert verdict(1.0, 1.0, 1.0) == "No, a tie (the same picks, or nearly)"
+    assert verdict(1.0001, 1.0002, 1.0003) == "No, a tie (the same picks, or nearly)"
+    assert verdict(1.001, 1.005, 1.011) == "Yes"
+    assert verdict(0.97, 0.98, 0.99) == "No, it loses"
+    assert verdict(0.99, 1.001, 1.01) == "Not conclusively (the CI spans 1)"

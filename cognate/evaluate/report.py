@@ -224,6 +224,10 @@ def baseline_table(comparison: list[dict[str, Any]], learned_label: str) -> str:
     return "\n".join(lines)
 
 
+# a paired ratio whose whole CI lies this close to 1 is a tie, whichever side it leans to
+TIE_WITHIN = 5e-4
+
+
 def baseline_answers(comparison: list[dict[str, Any]], learned_label: str) -> list[str]:
     """Plainly: does the learned model beat each baseline (paired CI above 1)?"""
     lines = []
@@ -233,7 +237,9 @@ def baseline_answers(comparison: list[dict[str, Any]], learned_label: str) -> li
             if f"ratio_{metric}" not in row:
                 continue
             e = Estimate(**row[f"ratio_{metric}"])
-            if e.low > 1:
+            if max(abs(e.low - 1), abs(e.high - 1)) < TIE_WITHIN:
+                verdict = "No, a tie (the same picks, or nearly)"
+            elif e.low > 1:
                 verdict = "Yes"
             elif e.high < 1:
                 verdict = "No, it loses"
