@@ -19,7 +19,7 @@
 # --hold-out F (pretrain only): F of the matrices are never trained on or used for epoch
 # selection; the model is scored on them once (README numbers come from these).
 # Each model then gets its portfolio (cognate portfolio: the greedy fixed set of its training
-# matrices ranked first, size chosen on its validation matrices) unless --no-portfolio.
+# matrices ranked first, size and anchor chosen on its validation matrices) unless --no-portfolio.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -60,7 +60,7 @@ class ExperimentPreset(_Strict):
     # pretrained embedding space) instead of random ones
     active_matrices: list[int] = []
     # K values at which TL's model also ranks a portfolio first (the greedy fixed set of the
-    # training matrices, its size chosen on validation: cognate.model.portfolio)
+    # training matrices, its size and anchor chosen on validation: cognate.model.portfolio)
     portfolio_matrices: list[int] = []
     zero_shot: bool = True
     finetune_epochs: int = Field(30, ge=1)

@@ -7,8 +7,8 @@ per-matrix choices gain. A portfolio keeps both: the greedy fixed M-set of the m
 training matrices (``cognate.evaluate.baselines.greedy_set``), ranked per matrix by the
 model and placed ahead of every other config. M is chosen on the model's validation matrices
 (the ones that chose its epoch; never its held-out ones), among sizes from k up and "no
-portfolio" (the model alone), by the geomean of the best of the top-k; a tie keeps the larger
-M (more left to the model). With M = k the top-k is the fixed set, in the model's order.
+portfolio" (the model alone), together with the anchor below. With M = k the top-k is the
+fixed set, in the model's order.
 
 Within the portfolio the model's order may be *anchored* to the greedy order: each member's
 score gets ``anchor`` times its greedy position added (scores: lower = faster), so the model
@@ -16,7 +16,9 @@ overrides the greedy order only where it predicts a gap wider than the anchor; 0
 model's own order, ``fixed_order`` the greedy order itself (top-1 = the best fixed config).
 Why: with a fixed config at ~98% of the oracle, a model's unconfident reshuffles of the
 portfolio cost its top-1 more than its confident ones gain. M and the anchor are chosen
-together on validation by the product of the geomeans of the top-1 and the best of top-k.
+together on validation by the product of the geomeans of the top-1 and the best of top-k (both
+matter: top-1 is what an unverified pick gets, top-k what a verified search gets); a tie
+keeps the larger M, then the smaller anchor (more left to the model).
 
 The portfolio lives in the model's metadata as knob dicts in greedy order (each validated by
 the space on load, like any config from a file) with the validation numbers that chose it.
