@@ -25,8 +25,9 @@ def register(main: click.Group, data: click.Group) -> None:
 def portfolio(model: Path, db: Path, top_k: int, output: Path | None) -> None:
     """Choose MODEL's portfolio: the greedy fixed M-set of its training matrices, ranked by
     the model ahead of every other config and anchored to its greedy order, M and the anchor
-    chosen on its validation matrices (the model alone when that ranks best there). Its held-out matrices are not read; a fine-tuned
-    model's fixed set comes from its K fine-tuning matrices only."""
+    chosen on its validation matrices (the model alone when that ranks best there). Its
+    held-out matrices are not read; a fine-tuned model's fixed set comes from its K
+    fine-tuning matrices only."""
     from cognate.model.cost_model import CostModel
     from cognate.model.portfolio import PORTFOLIO_KEY, choose_portfolio
     from cognate.model.train import read_metadata
@@ -65,13 +66,14 @@ def _print_choice(console: Console, entry: dict, written: Path) -> None:
     )
     for column in ("portfolio size", "anchor", "top-1", f"top-{k}", "product"):
         table.add_column(column, justify="right")
+
+    def rank(row: dict) -> tuple[bool, float]:  # the choice shows, whatever a rounding tie did
+        return bool(row.get("chosen")), row["top1"] * row[f"top{k}"]
+
     best_per_size: dict[int, dict] = {}
     for row in entry["validation"]:  # rows in anchor order: a tie keeps the smaller anchor
         kept = best_per_size.get(row["size"])
-        if kept is None or row["top1"] * row[f"top{k}"] > kept["top1"] * kept[f"top{k}"]:
-            best_per_size[row["size"]] = row
-    for row in entry["validation"]:  # the choice shows, whatever a rounding tie did
-        if row.get("chosen"):
+        if kept is None or rank(row) > rank(kept):
             best_per_size[row["size"]] = row
     for row in best_per_size.values():
         if row["size"] == 0:
