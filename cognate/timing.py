@@ -209,15 +209,58 @@ def _cpu_times() -> tuple[int, int] | None:
     return sum(fields) - idle, sum(fields)
 
 
-def busy_cores(sample_s: float = 0.25) -> float:
-    """Cores other processes keep busy, sampled while this process sleeps ``sample_s``."""
-    first = _cpu_times()
+def own_jiffies() -> int:
+    """CPU jiffies (user + system) used so far by this process and its descendants.
+
+    Read from /proc/<pid>/stat by hand: psutil would be a dependency for one sum. 0 off Linux.
+    """
+    parents: dict[int, int] = {}
+    used: dict[int, int] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # comm (field 2) may hold spaces and parentheses: split after its last ')'
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # the process exited while we listed /proc
+        pid = int(entry.parent.name)
+        parents[pid] = int(fields[1])
+        # utime + stime, and cutime + cstime: a compile child that exits during the sample
+        # moves its time into its parent's (still ours)
+        used[pid] = sum(int(x) for x in fields[11:15])
+    tree, frontier = {os.getpid()}, [os.getpid()]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return sum(used.get(pid, 0) for pid in tree)
+
+
+def cpu_sample(sample_s: float = 0.25) -> tuple[float, float] | None:
+    """(cores busy machine-wide, cores busy in our own process tree) over ``sample_s``;
+    None off Linux."""
+    first, own_first = _cpu_times(), own_jiffies()
     if first is None:
-        return os.getloadavg()[0]
+        return None
     time.sleep(sample_s)
-    second = _cpu_times()
-    busy, total = second[0] - first[0], second[1] - first[1]
-    return cores() * busy / total if total > 0 else 0.0
+    second, own_second = _cpu_times(), own_jiffies()
+    total = second[1] - first[1]
+    if total <= 0:
+        return 0.0, 0.0
+    n = cores()
+    return n * (second[0] - first[0]) / total, n * (own_second - own_first) / total
+
+
+def busy_cores(sample_s: float = 0.25) -> float:
+    """Cores other processes keep busy, sampled while this process sleeps ``sample_s``.
+
+    Our own descendants (a just-started timing worker, a kernel compile) are not "others".
+    """
+    sample = cpu_sample(sample_s)
+    if sample is None:
+        return os.getloadavg()[0]
+    machine, own = sample
+    return max(machine - own, 0.0)
 
 
 def machine_load(threads: int | None = None, sample_s: float = 0.25) -> Load:

@@ -137,6 +137,29 @@ def test_corpus_report_label_noise_from_the_repeats_table(shared, tmp_path) -> N
     assert lines[1].startswith("(1 repeated pairs left out")
 
 
+def test_corpus_report_fixed_configs_on_sampled_matrices() -> None:
+    """On matrices measured on a sample of the space, the fixed configs count only where they
+    were measured, against the best measured config (an upper bound on the % of oracle)."""
+    import pandas as pd
+
+    spec = importlib.util.spec_from_file_location("corpus_report", SCRIPTS / "corpus_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = [  # matrix a: fixed "f1" at 2 s, best 1 s; matrix b: "f1" not measured
+        ("a", "f1", 2.0), ("a", "f2", 4.0), ("a", "x", 1.0),
+        ("b", "f2", 3.0), ("b", "x", 1.5),
+    ]  # fmt: skip
+    frame = pd.DataFrame(rows, columns=["matrix_sha256", "config_hash", "runtime_s"])
+    (line,) = module._sampled_lines(frame, ["f1", "f2"])
+    assert line.startswith("- sampled matrices (not on all configs, 2): best fixed config 50.0%")
+    assert "on the 1 where it was measured, greedy fixed 5-set 50.0% on 1" in line
+    assert module._sampled_lines(frame, ["y"]) == [
+        "- sampled matrices (not on all configs, 2): the best fixed config was not measured "
+        "on any of them"
+    ]
+    assert module._sampled_lines(frame.iloc[:0], ["f1"]) == []
+
+
 def test_eval_tune_scores_the_model_and_the_fixed_set_on_one_matrix(shared, tmp_path) -> None:
     """eval_tune: the fixed set comes from the model's training matrices' records; the model's
     top-k, the fixed set and the baseline are measured together; spade's oracle bounds all."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -78,17 +80,37 @@ def test_other_jobs_sees_live_markers_and_drops_dead_ones():
     assert not (timing.jobs_dir() / f"{proc.pid}.collect-spade").exists()
 
 
+def _foreign_busy_loop() -> int:
+    """A busy loop that is not our descendant (the shell that starts it exits): another job."""
+    started = subprocess.run(
+        ["sh", "-c", f'{sys.executable} -c "while True: pass" >/dev/null 2>&1 & echo $!'],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return int(started.stdout)
+
+
 def test_busy_loops_make_the_machine_busy():
-    loops = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(timing.cores())
-    ]
+    loops = [_foreign_busy_loop() for _ in range(timing.cores())]
     try:
         time.sleep(0.3)
         load = timing.machine_load(sample_s=0.5)
     finally:
-        for proc in loops:
-            proc.kill()
-            proc.wait()
+        for pid in loops:
+            os.kill(pid, signal.SIGKILL)
     assert load.busy_cores > timing.cores() - 0.7
     assert load.busy and load.line().startswith("timings unreliable: load ")
     assert load.as_dict()["unreliable"] is True
+
+
+def test_our_own_workers_are_not_other_jobs():
+    """A worker we started (a timing worker warming up, a compile) spins during the sample: its
+    jiffies count as ours, so it does not make the machine look busy."""
+    loop = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        machine, own = timing.cpu_sample(0.5)
+    finally:
+        loop.kill()
+        loop.wait()
+    assert own > 0.6  # the child's spinning is counted as our own time
+    assert own <= machine + 0.1  # and it is part of what the machine did
