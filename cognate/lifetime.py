@@ -24,6 +24,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import NamedTuple
 
 _PR_SET_PDEATHSIG = 1
 WATCH_INTERVAL_S = 0.5
@@ -130,8 +131,16 @@ def stop_signals_deferred() -> Iterator[None]:
 _REAP_INTERVAL_S = 0.5
 
 
-def _proc_stat(pid: int) -> tuple[int, int] | None:
-    """(parent pid, start time in clock ticks) of a live, non-zombie process; None if gone."""
+class ProcStat(NamedTuple):
+    """What we read of a process's /proc/<pid>/stat."""
+
+    ppid: int
+    start: int  # start time, clock ticks after boot (guards pid reuse)
+    cpu: int  # utime + stime + cutime + cstime: its CPU time and its reaped children's, ticks
+
+
+def proc_stat(pid: int) -> ProcStat | None:
+    """The stat of a live, non-zombie process; None if gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -139,35 +148,40 @@ def _proc_stat(pid: int) -> tuple[int, int] | None:
     fields = text.rsplit(")", 1)[1].split()  # after "(comm)": state ppid ... starttime (20th)
     if fields[0] == "Z":
         return None
-    return int(fields[1]), int(fields[19])
+    return ProcStat(int(fields[1]), int(fields[19]), sum(int(x) for x in fields[11:15]))
 
 
-def descendants(root: int) -> dict[int, int]:
-    """pid -> start time of every live descendant of ``root`` (empty off Linux)."""
+def process_tree(root: int) -> dict[int, ProcStat]:
+    """pid -> stat of every live descendant of ``root`` (empty off Linux)."""
     children: dict[int, list[int]] = {}
-    starts: dict[int, int] = {}
+    stats: dict[int, ProcStat] = {}
     proc = Path("/proc")
     if not proc.is_dir():
         return {}
     for entry in proc.iterdir():
-        if entry.name.isdigit() and (stat := _proc_stat(int(entry.name))) is not None:
-            children.setdefault(stat[0], []).append(int(entry.name))
-            starts[int(entry.name)] = stat[1]
-    found: dict[int, int] = {}
+        if entry.name.isdigit() and (stat := proc_stat(int(entry.name))) is not None:
+            children.setdefault(stat.ppid, []).append(int(entry.name))
+            stats[int(entry.name)] = stat
+    found: dict[int, ProcStat] = {}
     todo = list(children.get(root, []))
     while todo:
         pid = todo.pop()
         if pid not in found:
-            found[pid] = starts[pid]
+            found[pid] = stats[pid]
             todo.extend(children.get(pid, []))
     return found
+
+
+def descendants(root: int) -> dict[int, int]:
+    """pid -> start time of every live descendant of ``root`` (empty off Linux)."""
+    return {pid: stat.start for pid, stat in process_tree(root).items()}
 
 
 def kill_all(processes: dict[int, int]) -> None:
     """SIGKILL each (pid, start time) that still runs (the start time guards pid reuse)."""
     for pid, start in processes.items():
-        stat = _proc_stat(pid)
-        if stat is not None and stat[1] == start:
+        stat = proc_stat(pid)
+        if stat is not None and stat.start == start:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cognate.errors import CognateError
+from cognate.lifetime import proc_stat, process_tree
 
 LOCK_ENV = "COGNATE_TIMING_LOCK"  # override the lock file (tests use a private one)
 JOBS_ENV = "COGNATE_JOBS_DIR"
@@ -210,30 +211,10 @@ def _cpu_times() -> tuple[int, int] | None:
 
 
 def own_jiffies() -> int:
-    """CPU jiffies (user + system) used so far by this process and its descendants.
-
-    Read from /proc/<pid>/stat by hand: psutil would be a dependency for one sum. 0 off Linux.
-    """
-    parents: dict[int, int] = {}
-    used: dict[int, int] = {}
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # comm (field 2) may hold spaces and parentheses: split after its last ')'
-            fields = entry.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # the process exited while we listed /proc
-        pid = int(entry.parent.name)
-        parents[pid] = int(fields[1])
-        # utime + stime, and cutime + cstime: a compile child that exits during the sample
-        # moves its time into its parent's (still ours)
-        used[pid] = sum(int(x) for x in fields[11:15])
-    tree, frontier = {os.getpid()}, [os.getpid()]
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
-        tree.update(children)
-        frontier.extend(children)
-    return sum(used.get(pid, 0) for pid in tree)
+    """CPU clock ticks used so far by this process and its descendants (reaped children
+    included: a compile that exits during a sample moves its time into its parent's)."""
+    me = proc_stat(os.getpid())
+    return (me.cpu if me else 0) + sum(stat.cpu for stat in process_tree(os.getpid()).values())
 
 
 def cpu_sample(sample_s: float = 0.25) -> tuple[float, float] | None:
