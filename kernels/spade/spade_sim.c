@@ -24,6 +24,9 @@
 
 typedef struct {
     int64_t sets, ways;
+    uint64_t mask; /* sets - 1 */
+    int pow2;      /* sets is a power of two (always, with the shipped machine): the mask
+                      gives the modulo's set without the division that dominated lookups */
     int hashed; /* shared caches hash the set index (as sliced LLCs do) to avoid the
                    power-of-two stride conflicts plain modulo indexing gives */
     int64_t *tag; /* sets * ways; -1 = invalid */
@@ -39,6 +42,8 @@ static int cache_init(cache_t *c, int64_t lines, int64_t ways, int hashed) {
     if (lines < ways) lines = ways;
     c->ways = ways;
     c->sets = lines / ways;
+    c->mask = (uint64_t)c->sets - 1;
+    c->pow2 = (c->sets & (c->sets - 1)) == 0;
     int64_t n = c->sets * c->ways;
     c->tag = malloc(n * sizeof(int64_t));
     c->stamp = calloc(n, sizeof(uint64_t));
@@ -59,7 +64,8 @@ static void cache_free(cache_t *c) {
 static inline int64_t set_base(const cache_t *c, int64_t line) {
     uint64_t key = (uint64_t)line;
     if (c->hashed) key = (key * 0x9E3779B97F4A7C15ull) >> 32; /* Fibonacci hashing */
-    return (int64_t)(key % (uint64_t)c->sets) * c->ways;
+    uint64_t set = c->pow2 ? key & c->mask : key % (uint64_t)c->sets;
+    return (int64_t)set * c->ways;
 }
 
 /* Index of `line` in the cache, or -1. */
@@ -70,27 +76,35 @@ static inline int64_t cache_find(const cache_t *c, int64_t line) {
     return -1;
 }
 
-/* Put `line` in its set (it must be absent), evicting the LRU way (invalid ways first).
- * Returns the slot; *ev / *ev_dirty describe the evicted line (-1 when none). */
-static inline int64_t cache_insert(cache_t *c, int64_t line, int dirty, int64_t *ev,
-                                   int *ev_dirty) {
-    int64_t base = set_base(c, line);
-    int64_t victim = base;
-    for (int64_t w = 0; w < c->ways; w++) {
-        int64_t s = base + w;
-        if (c->tag[s] < 0) {
-            victim = s;
-            break;
+/* One pass over `line`'s set: the slot holding it, or -1 with *victim set to the slot an
+ * insert would take (the first invalid way, else the least recently used one). */
+static inline int64_t cache_lookup(const cache_t *c, int64_t line, int64_t *victim) {
+    int64_t base = set_base(c, line), invalid = -1, lru = -1;
+    *victim = base; /* overwritten below on a miss; set so no caller reads garbage */
+    for (int64_t s = base; s < base + c->ways; s++) {
+        int64_t t = c->tag[s];
+        if (t == line) return s;
+        if (t < 0) {
+            if (invalid < 0) invalid = s;
+        } else if (lru < 0 || c->stamp[s] < c->stamp[lru]) {
+            lru = s;
         }
-        if (c->stamp[s] < c->stamp[victim]) victim = s;
     }
+    *victim = invalid >= 0 ? invalid : lru;
+    return -1;
+}
+
+/* Put `line` into slot `victim` (from cache_lookup, with the set untouched since).
+ * *ev / *ev_dirty describe the evicted line (-1 when none). */
+static inline void cache_place(cache_t *c, int64_t victim, int64_t line, int dirty,
+                               int64_t *ev, int *ev_dirty) {
     *ev = c->tag[victim];
     *ev_dirty = c->dirty[victim];
     c->tag[victim] = line;
     c->dirty[victim] = (uint8_t)dirty;
     c->stamp[victim] = ++c->clock;
-    return victim;
 }
+
 
 /* Single-cache LRU on a trace of line numbers: hits[i] = 1 when access i hits.
  * The test entry point that pins the cache against a brute-force reference. */
@@ -99,14 +113,14 @@ int spade_cache_trace(int64_t lines, int64_t ways, int hashed, const int64_t *tr
     cache_t c;
     if (cache_init(&c, lines, ways, hashed)) return -1;
     for (int64_t i = 0; i < n; i++) {
-        int64_t s = cache_find(&c, trace[i]);
+        int64_t victim, s = cache_lookup(&c, trace[i], &victim);
         if (s >= 0) {
             c.stamp[s] = ++c.clock;
             hits[i] = 1;
         } else {
             int64_t ev;
             int evd;
-            cache_insert(&c, trace[i], 0, &ev, &evd);
+            cache_place(&c, victim, trace[i], 0, &ev, &evd);
             hits[i] = 0;
         }
     }
@@ -190,10 +204,14 @@ typedef struct {
     double dp[DP_COUNT];
     int64_t npe, rowlines, row_region;
     cache_t *l1, *vc, *l2, llc;
-    int64_t *reg_tag;  /* npe * regs */
-    uint64_t *reg_stamp;
+    cache_t **l2_of;  /* npe: the L2 of each PE */
+    int64_t *reg_tag; /* npe * regs */
     uint8_t *reg_dirty;
-    uint64_t reg_clock;
+    /* Each PE's registers in recency order, a doubly linked list over slots (head: most
+     * recent). Slots fill in index order and are never invalidated, so "first free slot,
+     * else least recently used" is slot reg_used[pe], else the list's tail: the same victim
+     * as a scan of per-slot stamps, in O(1). */
+    int32_t *reg_prev, *reg_next, *reg_head, *reg_tail, *reg_used;
     int32_t *where;   /* row-side line -> register slot, -1 */
     uint8_t *touched; /* row-side line has a value in memory (SpMM partial sums) */
     double dram_read, dram_write;
@@ -204,55 +222,57 @@ static void writeback(sim_t *s, int level, int pe, int64_t line);
 
 /* Write a dirty line into cache `c`; a dirty victim goes one level further down. */
 static void write_into(sim_t *s, cache_t *c, int level, int pe, int64_t line) {
-    int64_t slot = cache_find(c, line);
+    int64_t victim, slot = cache_lookup(c, line, &victim);
     if (slot >= 0) {
         c->dirty[slot] = 1;
         return;
     }
     int64_t ev;
     int evd;
-    cache_insert(c, line, 1, &ev, &evd);
+    cache_place(c, victim, line, 1, &ev, &evd);
     if (ev >= 0 && evd) writeback(s, level + 1, pe, ev);
 }
 
 /* A dirty line leaving level-1 lands in `level` (1 = L2, 2 = LLC, 3 = DRAM). */
 static void writeback(sim_t *s, int level, int pe, int64_t line) {
     if (level == 1)
-        write_into(s, &s->l2[pe / s->ip[IP_PES_PER_L2]], 1, pe, line);
+        write_into(s, s->l2_of[pe], 1, pe, line);
     else if (level == 2)
         write_into(s, &s->llc, 2, pe, line);
     else
         s->dram_write += LINE;
 }
 
-/* Fill a clean line into cache `c` (after a miss); dirty victims are written back. */
-static inline void fill(sim_t *s, cache_t *c, int level, int pe, int64_t line) {
+/* Fill a clean line into slot `victim` of cache `c` (after a miss found it); dirty victims
+ * are written back. Write-backs only go down, so a level's victim stays valid while the
+ * levels below it are filled first. */
+static inline void fill(sim_t *s, cache_t *c, int64_t victim, int level, int pe, int64_t line) {
     int64_t ev;
     int evd;
-    cache_insert(c, line, 0, &ev, &evd);
+    cache_place(c, victim, line, 0, &ev, &evd);
     if (ev >= 0 && evd) writeback(s, level + 1, pe, ev);
 }
 
 /* Read one line through L1 -> L2 -> LLC -> DRAM; returns the latency in cycles. */
 static inline double hier_read(sim_t *s, int pe, int64_t line) {
     cache_t *l1 = &s->l1[pe];
-    int64_t slot = cache_find(l1, line);
+    int64_t v1, v2, v3, slot = cache_lookup(l1, line, &v1);
     if (slot >= 0) {
         l1->stamp[slot] = ++l1->clock;
         l1->hits++;
         return s->dp[DP_L1_LAT];
     }
     l1->misses++;
-    cache_t *l2 = &s->l2[pe / s->ip[IP_PES_PER_L2]];
+    cache_t *l2 = s->l2_of[pe];
     double lat;
-    slot = cache_find(l2, line);
+    slot = cache_lookup(l2, line, &v2);
     if (slot >= 0) {
         l2->stamp[slot] = ++l2->clock;
         l2->hits++;
         lat = s->dp[DP_L2_LAT];
     } else {
         l2->misses++;
-        slot = cache_find(&s->llc, line);
+        slot = cache_lookup(&s->llc, line, &v3);
         if (slot >= 0) {
             s->llc.stamp[slot] = ++s->llc.clock;
             s->llc.hits++;
@@ -261,11 +281,11 @@ static inline double hier_read(sim_t *s, int pe, int64_t line) {
             s->llc.misses++;
             s->dram_read += LINE;
             lat = s->dp[DP_DRAM_LAT];
-            fill(s, &s->llc, 2, pe, line);
+            fill(s, &s->llc, v3, 2, pe, line);
         }
-        fill(s, l2, 1, pe, line);
+        fill(s, l2, v2, 1, pe, line);
     }
-    fill(s, l1, 0, pe, line);
+    fill(s, l1, v1, 0, pe, line);
     return lat;
 }
 
@@ -275,7 +295,7 @@ static inline double hier_read(sim_t *s, int pe, int64_t line) {
 static void reg_evict(sim_t *s, int pe, int64_t line, int dirty) {
     if (s->ip[IP_BYPASS]) {
         cache_t *vc = &s->vc[pe];
-        int64_t slot = cache_find(vc, line);
+        int64_t victim, slot = cache_lookup(vc, line, &victim);
         if (slot >= 0) {
             vc->dirty[slot] |= (uint8_t)dirty;
             vc->stamp[slot] = ++vc->clock;
@@ -283,7 +303,7 @@ static void reg_evict(sim_t *s, int pe, int64_t line, int dirty) {
         }
         int64_t ev;
         int evd;
-        cache_insert(vc, line, dirty, &ev, &evd);
+        cache_place(vc, victim, line, dirty, &ev, &evd);
         if (ev >= 0 && evd) s->dram_write += LINE;
     } else if (dirty) {
         write_into(s, &s->l1[pe], 0, pe, line);
@@ -308,25 +328,38 @@ static double row_read(sim_t *s, int pe, int64_t line) {
 }
 
 /* Access a row-side line in the PE's register file; returns memory latency (0 on hit). */
+/* Make register slot k the most recent of PE pe (k already in the list unless `fresh`). */
+static inline void reg_touch(sim_t *s, int pe, int32_t k, int fresh) {
+    if (s->reg_head[pe] == k) return;
+    if (!fresh) { /* unlink */
+        int32_t pv = s->reg_prev[k], nx = s->reg_next[k];
+        s->reg_next[pv] = nx; /* k is not the head, so it has a predecessor */
+        if (nx >= 0)
+            s->reg_prev[nx] = pv;
+        else
+            s->reg_tail[pe] = pv;
+    }
+    s->reg_prev[k] = -1;
+    s->reg_next[k] = s->reg_head[pe];
+    if (s->reg_head[pe] >= 0)
+        s->reg_prev[s->reg_head[pe]] = k;
+    else
+        s->reg_tail[pe] = k;
+    s->reg_head[pe] = k;
+}
+
 static inline double reg_access(sim_t *s, int pe, int64_t line, int write) {
-    int64_t regs = s->ip[IP_REGS];
+    int64_t regs = s->ip[IP_REGS], base = (int64_t)pe * regs;
     int32_t w = s->where[line];
-    if (w >= 0 && w / regs == pe && s->reg_tag[w] == line) {
-        s->reg_stamp[w] = ++s->reg_clock;
+    if (w >= base && w < base + regs && s->reg_tag[w] == line) {
+        reg_touch(s, pe, w, 0);
         s->reg_dirty[w] |= (uint8_t)write;
         s->reg_hits++;
         return 0.0;
     }
     s->reg_misses++;
-    int64_t base = (int64_t)pe * regs, victim = base;
-    for (int64_t r = 0; r < regs; r++) {
-        int64_t k = base + r;
-        if (s->reg_tag[k] < 0) {
-            victim = k;
-            break;
-        }
-        if (s->reg_stamp[k] < s->reg_stamp[victim]) victim = k;
-    }
+    int fresh = s->reg_used[pe] < regs;
+    int32_t victim = fresh ? (int32_t)base + s->reg_used[pe]++ : s->reg_tail[pe];
     int64_t old = s->reg_tag[victim];
     if (old >= 0) {
         if (s->where[old] == victim) s->where[old] = -1;
@@ -336,9 +369,9 @@ static inline double reg_access(sim_t *s, int pe, int64_t line, int write) {
     if (!write || s->touched[line]) lat = row_read(s, pe, line); /* first write: zeros */
     s->touched[line] = 1;
     s->reg_tag[victim] = line;
-    s->reg_stamp[victim] = ++s->reg_clock;
+    reg_touch(s, pe, victim, fresh);
     s->reg_dirty[victim] = (uint8_t)write;
-    s->where[line] = (int32_t)victim;
+    s->where[line] = victim;
     return lat;
 }
 
@@ -394,6 +427,27 @@ static inline double pe_clock(const pe_t *p) {
     return p->done + (p->comp > p->mem ? p->comp : p->mem);
 }
 
+/* Which PE runs next: the active one with the earliest clock, the lowest index on ties.
+ * A tournament tree over the PEs (inactive ones at +inf) answers in O(1) and updates in
+ * O(log npe) after each step of one PE; a scan of every PE per nonzero cost a fifth of
+ * the run time. node[1] is the winner; leaves are implicit (slot size + q is PE q). */
+typedef struct {
+    int size;    /* a power of two >= npe */
+    int *node;   /* [2 * size]: winner of each subtree */
+    double *key; /* [size]: clock of each PE, +inf when inactive (or padding) */
+} pe_tree_t;
+
+static inline int pe_better(const pe_tree_t *t, int a, int b) {
+    return t->key[a] < t->key[b] || (t->key[a] == t->key[b] && a < b) ? a : b;
+}
+
+static void pe_tree_set(pe_tree_t *t, int q, double key) {
+    t->key[q] = key;
+    int i = (t->size + q) >> 1;
+    t->node[t->size + q] = q;
+    for (; i >= 1; i >>= 1) t->node[i] = pe_better(t, t->node[2 * i], t->node[2 * i + 1]);
+}
+
 /* Give PE `pe` its next unit (a range of tiles) of the epoch; returns 0 when none left. */
 static int next_unit(sim_t *s, pe_t *p, int pe, const int64_t *units, int64_t nunits,
                      int64_t *queue, const int32_t *unit_panel, const int64_t *unit_lo,
@@ -432,9 +486,11 @@ static void free_sim(sim_t *s) {
     free(s->l1);
     free(s->vc);
     free(s->l2);
+    free(s->l2_of);
     free(s->reg_tag);
-    free(s->reg_stamp);
     free(s->reg_dirty);
+    free(s->reg_prev), free(s->reg_next), free(s->reg_head), free(s->reg_tail);
+    free(s->reg_used);
     free(s->where);
     free(s->touched);
 }
@@ -470,13 +526,19 @@ int spade_simulate(const int64_t *ip, const double *dp, const int32_t *nz_row,
     s->l1 = calloc(npe, sizeof(cache_t));
     s->vc = calloc(npe, sizeof(cache_t));
     s->l2 = calloc(ngroups, sizeof(cache_t));
+    s->l2_of = calloc(npe, sizeof(cache_t *));
     s->reg_tag = malloc(npe * regs * sizeof(int64_t));
-    s->reg_stamp = calloc(npe * regs, sizeof(uint64_t));
     s->reg_dirty = calloc(npe * regs, 1);
+    s->reg_prev = malloc(npe * regs * sizeof(int32_t));
+    s->reg_next = malloc(npe * regs * sizeof(int32_t));
+    s->reg_head = malloc(npe * sizeof(int32_t));
+    s->reg_tail = malloc(npe * sizeof(int32_t));
+    s->reg_used = calloc(npe, sizeof(int32_t));
     s->where = malloc(s->row_region * sizeof(int32_t));
     s->touched = calloc(s->row_region, 1);
-    int bad = !s->l1 || !s->vc || !s->l2 || !s->reg_tag || !s->reg_stamp || !s->reg_dirty ||
-              !s->where || !s->touched;
+    int bad = !s->l1 || !s->vc || !s->l2 || !s->l2_of || !s->reg_tag || !s->reg_dirty ||
+              !s->reg_prev || !s->reg_next || !s->reg_head || !s->reg_tail || !s->reg_used ||
+              !s->where || !s->touched || npe * regs > INT32_MAX;
     for (int64_t i = 0; !bad && i < npe; i++)
         bad = cache_init(&s->l1[i], ip[IP_L1_LINES], ip[IP_L1_WAYS], 0) ||
               cache_init(&s->vc[i], ip[IP_VC_LINES], ip[IP_VC_WAYS], 0);
@@ -488,6 +550,10 @@ int spade_simulate(const int64_t *ip, const double *dp, const int32_t *nz_row,
         return -1;
     }
     for (int64_t k = 0; k < npe * regs; k++) s->reg_tag[k] = -1;
+    for (int64_t pe = 0; pe < npe; pe++) {
+        s->reg_head[pe] = s->reg_tail[pe] = -1;
+        s->l2_of[pe] = &s->l2[pe / ip[IP_PES_PER_L2]];
+    }
     for (int64_t k = 0; k < s->row_region; k++) s->where[k] = -1;
 
     /* Work units. No barrier: one epoch, a unit = all tiles of a row panel. Barrier: one
@@ -501,11 +567,16 @@ int spade_simulate(const int64_t *ip, const double *dp, const int32_t *nz_row,
     int64_t *units = malloc(nunits_all * sizeof(int64_t));    /* grouped by epoch */
     int64_t *epoch_ptr = calloc(nepochs + 1, sizeof(int64_t)); /* into units */
     pe_t *pes = calloc(npe, sizeof(pe_t));
-    if (!unit_lo || !unit_hi || !unit_panel || !units || !epoch_ptr || !pes) {
-        free(unit_lo), free(unit_hi), free(unit_panel), free(units), free(epoch_ptr),
-            free(pes);
-        free_sim(s);
-        return -1;
+    pe_tree_t tree = {1, NULL, NULL};
+    while (tree.size < npe) tree.size <<= 1;
+    tree.node = malloc(2 * tree.size * sizeof(int));
+    tree.key = malloc(tree.size * sizeof(double));
+    int64_t *fillp = barrier ? malloc(nepochs * sizeof(int64_t)) : NULL;
+    int rc = 0;
+    if (!unit_lo || !unit_hi || !unit_panel || !units || !epoch_ptr || !pes || !tree.node ||
+        !tree.key || (barrier && !fillp)) {
+        rc = -1;
+        goto done;
     }
     if (barrier) {
         for (int64_t t = 0; t < ntiles; t++) {
@@ -515,16 +586,8 @@ int spade_simulate(const int64_t *ip, const double *dp, const int32_t *nz_row,
             epoch_ptr[tile_cpanel[t] + 1]++;
         }
         for (int64_t e = 0; e < nepochs; e++) epoch_ptr[e + 1] += epoch_ptr[e];
-        int64_t *fillp = malloc(nepochs * sizeof(int64_t));
-        if (!fillp) {
-            free(unit_lo), free(unit_hi), free(unit_panel), free(units), free(epoch_ptr),
-                free(pes);
-            free_sim(s);
-            return -1;
-        }
         memcpy(fillp, epoch_ptr, nepochs * sizeof(int64_t));
         for (int64_t t = 0; t < ntiles; t++) units[fillp[tile_cpanel[t]]++] = t;
-        free(fillp);
     } else {
         int64_t n = 0;
         for (int64_t p = 0; p < npanels; p++)
@@ -548,20 +611,21 @@ int spade_simulate(const int64_t *ip, const double *dp, const int32_t *nz_row,
         if (nu == 0) continue;
         double dram0 = s->dram_read + s->dram_write;
         int64_t queue = 0;
+        for (int q = 0; q < tree.size; q++) tree.key[q] = INFINITY, tree.node[tree.size + q] = q;
+        for (int i = tree.size - 1; i >= 1; i--)
+            tree.node[i] = pe_better(&tree, tree.node[2 * i], tree.node[2 * i + 1]);
         for (int pe = 0; pe < npe; pe++) {
             pe_t *p = &pes[pe];
             memset(p, 0, sizeof *p);
             p->active = next_unit(s, p, pe, eu, nu, &queue, unit_panel, unit_lo, unit_hi);
+            if (p->active) pe_tree_set(&tree, pe, pe_clock(p));
         }
-        for (;;) {
-            int pe = -1;
-            double best = 0;
-            for (int q = 0; q < npe; q++)
-                if (pes[q].active && (pe < 0 || pe_clock(&pes[q]) < best)) {
-                    pe = q;
-                    best = pe_clock(&pes[q]);
-                }
-            if (pe < 0) break;
+        for (int last = -1;;) {
+            if (last >= 0) /* only the PE that just ran changed its clock */
+                pe_tree_set(&tree, last, pes[last].active ? pe_clock(&pes[last]) : INFINITY);
+            int pe = tree.node[1];
+            if (tree.key[pe] == INFINITY) break; /* the winner is inactive: every PE is */
+            last = pe;
             pe_t *p = &pes[pe];
             int64_t t = p->tile;
             if (p->nz < 0) { /* start the tile: stream its COO through the bypass buffer */
@@ -647,7 +711,9 @@ int spade_simulate(const int64_t *ip, const double *dp, const int32_t *nz_row,
     out[O_SPARSE_BYTES] = sparse_bytes;
     out[O_NNZ_PASSES] = nnz_passes;
     out[O_TILES] = (double)ntiles;
+done:
     free(unit_lo), free(unit_hi), free(unit_panel), free(units), free(epoch_ptr), free(pes);
+    free(tree.node), free(tree.key), free(fillp);
     free_sim(s);
-    return 0;
+    return rc;
 }
