@@ -5,8 +5,13 @@
 2. Sensitivity over the shared real matrices (every config of the 256-config space): per
    matrix the best / base / worst config, the geomean of base/best (the oracle speedup
    over base) and how many distinct configs are best somewhere.
+3. ``--against REV``: the shipped core against the core of git revision REV, interleaved on
+   the same tilings and configs (8 per op, spread over the space), both ops, N=64. Every
+   counter must match (an optimisation may not change a record); prints the median seconds
+   of each and their ratio.
 
     python scripts/bench_spade.py [--op spmm|sddmm] [--width 32] [--skip-speed]
+    python scripts/bench_spade.py --against 9624c55 --skip-speed --skip-sensitivity
 """
 
 from __future__ import annotations
@@ -14,16 +19,18 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
 
 from cognate.io import load_matrix
 from cognate.matrix import Matrix
-from cognate.paths import shared_dir
+from cognate.paths import REPO_ROOT, shared_dir
 from cognate.synth import generate
 from cognate.targets.spade.runner import SpadeRunner
-from cognate.targets.spade.simulator import load_machine, simulate, tile
+from cognate.targets.spade.simulator import load_core, load_machine, simulate, tile
 from cognate.targets.spade.space import SpadeSpace
 
 
@@ -31,11 +38,7 @@ def speed(repeats: int = 3) -> None:
     machine = load_machine()
     space = SpadeSpace("spmm")
     sched = space.schedule(space.baseline())
-    side = 1 << 17  # 131072 x 131072, 1M nonzeros: ~7.6 per row
-    matrices = [
-        generate("uniform", side, side, nnz=1_000_000, seed=1),
-        generate("rmat", side, side, nnz=1_000_000, seed=1),
-    ]
+    matrices = speed_matrices()
     print("speed: base config (rp=256 cp=all), one core")
     print(f"{'matrix':28s} {'N':>4s} {'tile s':>7s} {'sim s':>7s} {'Mnnz/s':>7s} {'sim ms':>8s}")
     for m in matrices:
@@ -55,6 +58,56 @@ def speed(repeats: int = 3) -> None:
                 f"{statistics.median(sim_s):7.3f} {m.nnz / total / 1e6:7.2f} "
                 f"{res.seconds * 1e3:8.3f}"
             )
+
+
+def speed_matrices() -> list[Matrix]:
+    side = 1 << 17  # 131072 x 131072, 1M nonzeros: ~7.6 per row
+    return [generate(kind, side, side, nnz=1_000_000, seed=1) for kind in ("uniform", "rmat")]
+
+
+def core_source(rev: str) -> str:
+    proc = subprocess.run(
+        ["git", "show", f"{rev}:kernels/spade/spade_sim.c"],
+        capture_output=True, text=True, cwd=REPO_ROOT,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        sys.exit(f"--against {rev}: no simulator core there ({proc.stderr.strip()})")
+    return proc.stdout
+
+
+def against(rev: str, repeats: int = 3, width: int = 64) -> None:
+    other, machine = load_core(core_source(rev)), load_machine()
+    print(f"\ncore speed: shipped vs {rev}, N={width}, {repeats} interleaved runs per config")
+    print(f"{'matrix':28s} {'op':6s} {'configs':>7s} {rev[:10]:>10s} {'shipped':>8s} {'ratio':>6s}")
+    ratios = []
+    for m in speed_matrices():
+        for op in ("spmm", "sddmm"):
+            space = SpadeSpace(op)
+            configs = space.all_configs()[::32]
+            old_s = new_s = 0.0
+            for config in configs:
+                sched = space.schedule(config)
+                tiling = tile(m.csr, sched.rp, sched.cp)
+                times: dict[str, list[float]] = {"old": [], "new": []}
+                counters: dict[str, dict[str, float]] = {}
+                for r in range(repeats):  # alternate which core runs first
+                    for who in ("old", "new") if r % 2 == 0 else ("new", "old"):
+                        core = other if who == "old" else None
+                        t0 = time.perf_counter()
+                        res = simulate(m.csr, op, width, sched, machine, tiling, core=core)
+                        times[who].append(time.perf_counter() - t0)
+                        counters[who] = res.counters
+                if counters["old"] != counters["new"]:
+                    sys.exit(f"{m.name} {op} {config.json}: the cores disagree")
+                old_s += statistics.median(times["old"])
+                new_s += statistics.median(times["new"])
+            ratios.append(old_s / new_s)
+            print(
+                f"{m.name[:28]:28s} {op:6s} {len(configs):7d} {old_s:10.2f} {new_s:8.2f} "
+                f"{old_s / new_s:5.2f}x"
+            )
+    geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    print(f"shipped core speed-up over {rev}: {geo:.2f}x (geomean), identical counters")
 
 
 def shared_matrices() -> list[Matrix]:
@@ -107,9 +160,12 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=32)
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-sensitivity", action="store_true")
+    parser.add_argument("--against", metavar="REV", help="compare the core with this revision's")
     args = parser.parse_args()
     if not args.skip_speed:
         speed()
+    if args.against:
+        against(args.against)
     if not args.skip_sensitivity:
         sensitivity(args.op, args.width)
 

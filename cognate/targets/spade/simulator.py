@@ -157,7 +157,12 @@ def tile(csr: sp.csr_matrix, rp: int, cp: int | None) -> Tiling:
 
 @lru_cache(maxsize=1)
 def _core() -> ctypes.CDLL:
-    source = (kernels_dir() / CORE_SOURCE).read_text()
+    return load_core((kernels_dir() / CORE_SOURCE).read_text())
+
+
+def load_core(source: str) -> ctypes.CDLL:
+    """Compile (once, cached on disk) and load a simulator core from its C source; the
+    shipped one is kernels/spade/spade_sim.c (benchmarks load older revisions beside it)."""
     lib = load_library(str(compile_c(source, openmp=False)))
     p = ctypes.c_void_p
     lib.spade_simulate.argtypes = [p, p, p, p, p, p, p, ctypes.c_int64, p, p, p]
@@ -232,8 +237,12 @@ def simulate(
     sched: Schedule,
     machine: Machine,
     tiling: Tiling | None = None,
+    core: ctypes.CDLL | None = None,
 ) -> SimResult:
-    """Simulate ``op`` (spmm: C = A @ B, B ncols x width; sddmm: A * (X @ Y^T), inner width)."""
+    """Simulate ``op`` (spmm: C = A @ B, B ncols x width; sddmm: A * (X @ Y^T), inner width).
+
+    ``core``: another build of the core (``load_core``), for benchmarks; default the shipped one.
+    """
     if op not in OPS:
         raise CognateError(f"spade simulator: unknown op {op!r}")
     if width < 1 or sched.rp < 1 or sched.split < 1 or (sched.cp is not None and sched.cp < 1):
@@ -245,7 +254,7 @@ def simulate(
     out = np.zeros(len(OUT_FIELDS), dtype=np.float64)
     busy = np.zeros(machine.pes, dtype=np.float64)
     t = tiling
-    rc = _core().spade_simulate(
+    rc = (core or _core()).spade_simulate(
         _ptr(ip), _ptr(dp), _ptr(t.rows), _ptr(t.cols), _ptr(t.tile_ptr), _ptr(t.tile_panel),
         _ptr(t.tile_cpanel), t.tile_panel.size, _ptr(t.panel_ptr), _ptr(out), _ptr(busy),
     )  # fmt: skip
