@@ -79,14 +79,17 @@ static inline int64_t cache_find(const cache_t *c, int64_t line) {
 /* One pass over `line`'s set: the slot holding it, or -1 with *victim set to the slot an
  * insert would take (the first invalid way, else the least recently used one). */
 static inline int64_t cache_lookup(const cache_t *c, int64_t line, int64_t *victim) {
-    int64_t base = set_base(c, line), invalid = -1, lru = -1;
+    int64_t base = set_base(c, line), invalid = -1, lru = base;
+    uint64_t oldest = UINT64_MAX; /* kept in a register: reloading stamp[lru] each way
+                                     chained every comparison to a load */
     *victim = base; /* overwritten below on a miss; set so no caller reads garbage */
     for (int64_t s = base; s < base + c->ways; s++) {
         int64_t t = c->tag[s];
         if (t == line) return s;
         if (t < 0) {
             if (invalid < 0) invalid = s;
-        } else if (lru < 0 || c->stamp[s] < c->stamp[lru]) {
+        } else if (c->stamp[s] < oldest) {
+            oldest = c->stamp[s];
             lru = s;
         }
     }
