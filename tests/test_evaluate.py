@@ -375,3 +375,84 @@ def test_baseline_answers_call_a_ci_at_one_a_tie() -> None:
     assert verdict(1.001, 1.005, 1.011) == "Yes"
     assert verdict(0.97, 0.98, 0.99) == "No, it loses"
     assert verdict(0.99, 1.001, 1.01) == "Not conclusively (the CI spans 1)"
+
+
+# --- ablations at several K, and the random-featurizer source model (issue 18 item 3) -------
+
+
+def test_quick_runs_the_ablations_at_every_k_and_answers_them(quick_out: Path) -> None:
+    report_md = (quick_out / "report.md").read_text()
+    for name in ("random mapper", "no mapper", "raw latent (no AE)"):
+        for k in (1, 3):
+            assert f"| TL {name}-{k} |" in report_md, (name, k)
+    assert "Does TL-1 (best of top-5) beat TL-1 with no mapper?" in report_md
+    assert "ablations at K = [1, 3]" in report_md
+    # the quick preset's featurizer is random already: that ablation would repeat TL
+    assert "random featurizer" not in report_md.split("### Answers")[1]
+    cells = json.loads((quick_out / "results.json").read_text())["ops"]["spmm"]["cells"]
+    zero = [c for c in cells if c["variant"] == "zero-shot"]
+    assert len(zero) == 3 and {c["k"] for c in zero} == {3}  # once per seed, at the largest K
+
+
+def test_cells_of_the_default_preset_include_the_random_featurizer() -> None:
+    preset = load_experiment("default")
+    assert preset.ablation_matrices == [1, 3, 5]
+    todo = harness.cells(preset, n_train=300)
+    ablated = {(c.variant, c.k) for c in todo if c.variant.startswith("TL ") and c.extra}
+    for k in (1, 3, 5):
+        assert ("TL random featurizer", k) in ablated and ("TL no mapper", k) in ablated
+    (cell,) = [c for c in todo if c.variant == "TL random featurizer" and c.k == 1 and c.seed == 0]
+    assert cell.featurizer == "random" and cell.finetune_extra() == {}
+    assert harness.cells(preset, n_train=2)[-1].k == 2  # K capped at the training split
+    spec, random = harness.model_preset(preset), harness.model_preset(preset, "random")
+    assert spec.featurizer.trainable and not random.featurizer.trainable
+    assert random.featurizer.channels == spec.featurizer.channels  # the same network
+
+
+def test_one_ablation_k_is_read_as_a_list() -> None:
+    preset = load_experiment("modest")
+    assert preset.ablation_matrices == [5]
+    with pytest.raises(ValueError, match="positive"):
+        preset.model_validate({**preset.model_dump(), "ablation_matrices": [0, 3]})
+
+
+def test_the_random_featurizer_source_model_keeps_its_featurizer_untrained(
+    quick_out: Path, tmp_path: Path
+) -> None:
+    quick = load_experiment("quick")
+    model = {**quick.model, "featurizer": {**quick.model["featurizer"], "trainable": True}}
+    preset = quick.model_validate({**quick.model_dump(), "model": model})
+    data = harness.prepare_op(quick_out / "records.collected.db", preset, "spmm", lambda _: None)
+    trained = harness.pretrained_model(data, preset, tmp_path, lambda _: None)
+    random = harness.pretrained_model(data, preset, tmp_path, lambda _: None, "random")
+    assert trained != random
+    one_epoch = preset.model_validate({**preset.model_dump(), "pretrain_epochs": 1})
+    random_1 = harness.pretrained_model(data, one_epoch, tmp_path, lambda _: None, "random")
+
+    def weights(path: Path, prefix: str) -> dict[str, torch.Tensor]:
+        net, _ = load_pretrained(path)
+        return {k: v for k, v in net.state_dict().items() if k.startswith(prefix)}
+
+    frozen, frozen_1 = weights(random, "featurizer."), weights(random_1, "featurizer.")
+    assert frozen and all(torch.equal(frozen[k], frozen_1[k]) for k in frozen)  # never trained
+    if read_metadata(trained)["metrics"]["best_epoch"] > 0:  # else it kept the init too
+        learned = weights(trained, "featurizer.")
+        assert any(not torch.equal(frozen[k], learned[k]) for k in frozen)
+
+
+def test_ablation_answers_pair_tl_with_its_ablation() -> None:
+    from cognate.evaluate import report
+
+    seeds, names = [0, 1], ["a", "b", "c"]
+    tl = {"variant": "TL", "k": 3, "seeds": seeds, "matrices": names}
+    tl["per_seed"] = {m: [[2.0, 2.0, 2.0]] * 2 for m in ("top1", "top5")}
+    worse = {
+        **tl,
+        "variant": "TL no mapper",
+        "per_seed": {m: [[1.0] * 3] * 2 for m in tl["per_seed"]},
+    }
+    unpaired = {**worse, "variant": "TL random mapper", "matrices": ["a"]}
+    active = {**worse, "variant": "TL active"}
+    lines = report.ablation_answers([tl, worse, unpaired, active], 200)
+    assert len(lines) == 2  # top-5 and top-1 of the one paired ablation
+    assert "beat TL-3 with no mapper? **Yes**: TL / ablation 2.000x" in lines[0]

@@ -31,7 +31,13 @@ import torch
 
 from cognate.config import Config
 from cognate.errors import CognateError
-from cognate.evaluate.preset import ABLATIONS, OTHER_OP, ExperimentPreset
+from cognate.evaluate.preset import (
+    ABLATIONS,
+    FEATURIZER,
+    OTHER_OP,
+    RANDOM_FEATURIZER,
+    ExperimentPreset,
+)
 from cognate.model.cost_model import CostModel, LearnedModel
 from cognate.model.portfolio import (
     PORTFOLIO_KEY,
@@ -252,14 +258,27 @@ def _source(db: Path, preset: ExperimentPreset, op: str, log: Log) -> tuple[str,
 # --- models --------------------------------------------------------------------------------
 
 
-def model_preset(preset: ExperimentPreset) -> ModelPreset:
+def model_preset(preset: ExperimentPreset, featurizer: str | None = None) -> ModelPreset:
+    """The source model's preset; ``featurizer=RANDOM_FEATURIZER``: the same network with its
+    featurizer frozen at the seeded random initialisation (the ablation)."""
     spec = preset.model or transfer_settings()["experiment"]["preset"]
-    return preset_from_dict(f"{preset.name}-model", spec).with_train(epochs=preset.pretrain_epochs)
+    out = preset_from_dict(f"{preset.name}-model", spec).with_train(epochs=preset.pretrain_epochs)
+    if featurizer == RANDOM_FEATURIZER:
+        frozen = out.featurizer.model_copy(update={"trainable": False})
+        out = out.model_copy(update={"featurizer": frozen})
+    return out
 
 
-def pretrained_model(data: OpData, preset: ExperimentPreset, models: Path, log: Log) -> Path:
-    """The source model for ``data.op``, trained once per input (records, preset)."""
-    spec = model_preset(preset)
+def pretrained_model(
+    data: OpData,
+    preset: ExperimentPreset,
+    models: Path,
+    log: Log,
+    featurizer: str | None = None,
+) -> Path:
+    """The source model for ``data.op``, trained once per input (records, preset, and which
+    featurizer: the preset's, or a random frozen one)."""
+    spec = model_preset(preset, featurizer)
     # the space's version too: a model of an older space version no longer loads
     key = _hash(
         "pretrain",
@@ -273,7 +292,8 @@ def pretrained_model(data: OpData, preset: ExperimentPreset, models: Path, log: 
         log(f"{data.op}: reusing pretrained model {path.name}")
         return path
     n = len({r.key for r in data.source_runs})
-    log(f"{data.op}: pretraining on {data.source_name}, {n} matrices")
+    what = " (featurizer frozen at random)" if featurizer == RANDOM_FEATURIZER else ""
+    log(f"{data.op}: pretraining{what} on {data.source_name}, {n} matrices")
     encoder = transfer_encoder(data.source_space, "cognate", "ae")
     result = train(data.source_runs, data.source_space, spec, seed=0, encoder=encoder)
     return save_checkpoint(path, result.model, result.metadata)
@@ -386,21 +406,42 @@ class Cell:
     seed: int
     extra: tuple[tuple[str, Any], ...] = ()
 
+    @property
+    def featurizer(self) -> str | None:
+        """Which source model the cell starts from: None = the preset's, else an ablation's."""
+        return dict(self.extra).get(FEATURIZER)
+
+    def finetune_extra(self) -> dict[str, Any]:
+        return {k: v for k, v in self.extra if k != FEATURIZER}
+
+
+def ablations(preset: ExperimentPreset) -> list[str]:
+    """The preset's ablations that differ from the main run: a random featurizer only when
+    the preset trains its featurizer."""
+    trained = model_preset(preset).featurizer.trainable
+    return [
+        name
+        for name in preset.ablations
+        if trained or ABLATIONS[name].get(FEATURIZER) != RANDOM_FEATURIZER
+    ]
+
 
 def cells(preset: ExperimentPreset, n_train: int) -> list[Cell]:
     """Every (variant, K, seed) the preset asks for, K capped at the training split."""
     ks = sorted({min(k, n_train) for k in preset.matrices})
-    k_abl = min(preset.ablation_matrices, n_train)
+    k_abl = sorted({min(k, n_train) for k in preset.ablation_matrices})
     active = sorted({min(k, n_train) for k in preset.active_matrices})
+    names = ablations(preset)
     out = []
     for seed in preset.seeds:
         out += [Cell(v, k, seed) for k in ks for v in (TL, NT)]
         out += [Cell(TL_ACTIVE, k, seed, (("select", "active"),)) for k in active]
         if preset.zero_shot:
-            out.append(Cell(ZERO_SHOT, k_abl, seed, (("zero_shot", True),)))
+            out.append(Cell(ZERO_SHOT, k_abl[-1], seed, (("zero_shot", True),)))
         out += [
-            Cell(f"TL {name}", k_abl, seed, tuple(ABLATIONS[name].items()))
-            for name in preset.ablations
+            Cell(f"TL {name}", k, seed, tuple(ABLATIONS[name].items()))
+            for k in k_abl
+            for name in names
         ]
     return out
 
@@ -415,7 +456,7 @@ def _options(preset: ExperimentPreset, cell: Cell) -> list[FinetuneOptions]:
         "test_fraction": preset.test_fraction,
         "split_seed": preset.split_seed,
         "from_scratch": cell.variant == NT,
-        **dict(cell.extra),
+        **cell.finetune_extra(),
     }
     if cell.variant == ZERO_SHOT:  # nothing is trained: no setting to choose
         return [FinetuneOptions(**base, freeze_featurizer=True, lr=preset.select.lr[0])]

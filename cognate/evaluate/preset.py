@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from cognate.errors import CognateError
 from cognate.paths import configs_dir
@@ -14,10 +14,16 @@ from cognate.util import load_yaml
 
 OTHER_OP = "other-op"  # source: the target's own other op stands in for a source target
 
+# Cell.extra -> FinetuneOptions, except FEATURIZER: which source model the cell fine-tunes
+FEATURIZER = "featurizer"
+RANDOM_FEATURIZER = "random"  # the source model's featurizer left at its seeded random init
 ABLATIONS: dict[str, dict[str, Any]] = {
     "random mapper": {"mapper": "random"},
     "no mapper": {"mapper": "none"},
     "raw latent (no AE)": {"latent": "raw"},
+    # pretrained like the main source model, but with the featurizer frozen at random
+    # weights (only the predictor learns): what training the featurizer on the source buys
+    "random featurizer": {FEATURIZER: RANDOM_FEATURIZER},
 }
 
 
@@ -54,7 +60,8 @@ class ExperimentPreset(_Strict):
     pretrain_epochs: int = Field(10, ge=1)
     model: dict[str, Any] | None = None  # None: configs/transfer.yaml's experiment preset
     matrices: list[int] = Field(min_length=1)
-    ablation_matrices: int = Field(5, ge=1)
+    # K values of the ablations (a prior matters most at small K); zero-shot uses the largest
+    ablation_matrices: list[int] = Field([5], min_length=1)
     ablations: list[str] = list(ABLATIONS)
     # K values at which TL also runs with actively chosen target matrices (k-center in the
     # pretrained embedding space) instead of random ones
@@ -76,10 +83,17 @@ class ExperimentPreset(_Strict):
     target_all_configs: bool = False
     short_data: Literal["refuse", "warn"] = "refuse"
 
+    @field_validator("ablation_matrices", mode="before")
+    @classmethod
+    def _one_k_is_a_list(cls, value: Any) -> Any:
+        return [value] if isinstance(value, int) else value
+
     def model_post_init(self, _: Any) -> None:
         unknown = set(self.ablations) - set(ABLATIONS)
         if unknown:
             raise ValueError(f"unknown ablations {sorted(unknown)}; expected {list(ABLATIONS)}")
+        if min(self.ablation_matrices) < 1:
+            raise ValueError("ablation_matrices must be positive")
         if len(set(self.seeds)) != len(self.seeds) or min(self.matrices) < 1:
             raise ValueError("seeds must be distinct and matrices positive")
         if not is_target(self.target):

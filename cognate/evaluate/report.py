@@ -18,6 +18,7 @@ PAPER = {
     "no-transfer": {"5": 1.29, "100": 1.38, "1000": 1.43},
 }
 MATCH_RTOL = 0.01
+_TL_KINDS = (TL_ACTIVE, TL_PORTFOLIO)  # TL variants that are not ablations
 
 
 def _arrays(entries: list[dict[str, Any]]) -> tuple[list[str], dict[str, np.ndarray]]:
@@ -142,6 +143,28 @@ def active_answers(rows: list[dict[str, Any]], n_boot: int) -> list[str]:
     return lines
 
 
+def ablation_answers(rows: list[dict[str, Any]], n_boot: int) -> list[str]:
+    """Does TL-K beat each of its ablations at the same K (paired: same seeds and test
+    matrices)? A ratio above 1 means the ablated part earns something."""
+    lines = []
+    ablated = [r for r in rows if r["variant"].startswith("TL ") and r["variant"] not in _TL_KINDS]
+    for row in sorted(ablated, key=lambda r: (r["k"], r["variant"])):
+        tl = _find(rows, TL, row["k"])
+        if tl is None or tl["seeds"] != row["seeds"] or tl["matrices"] != row["matrices"]:
+            continue  # not paired: no claim
+        name = row["variant"][len("TL ") :]
+        for metric, what in (("top5", "best of top-5"), ("top1", "top-1")):
+            mine = np.asarray(tl["per_seed"][metric])
+            theirs = np.asarray(row["per_seed"][metric])
+            e = bootstrap_ci([mine, theirs], mean_of_ratio, n_boot)
+            verdict = paired_verdict(e)
+            lines.append(
+                f"Does TL-{row['k']} ({what}) beat TL-{row['k']} with {name}? **{verdict}**: "
+                f"TL / ablation {e.text()} (paired over seeds and test matrices)."
+            )
+    return lines
+
+
 def transfer_answers(rows: list[dict[str, Any]], tl_k: int, n_boot: int) -> list[str]:
     """Does TL-K beat NT-K, and does it match NT with more target matrices (paired: the same
     seeds and test matrices)?"""
@@ -228,6 +251,18 @@ def baseline_table(comparison: list[dict[str, Any]], learned_label: str) -> str:
 TIE_WITHIN = 5e-4
 
 
+def paired_verdict(e: Estimate) -> str:
+    """Does a paired ratio's CI say "better"? A CI within TIE_WITHIN of 1 is a tie; one whose
+    low end rounds to 1 is not a win."""
+    if max(abs(e.low - 1), abs(e.high - 1)) < TIE_WITHIN:
+        return "No, a tie (the same picks, or nearly)"
+    if e.low > 1 + TIE_WITHIN:
+        return "Yes"
+    if e.high < 1 - TIE_WITHIN:
+        return "No, it loses"
+    return "Not conclusively (the CI spans 1)"
+
+
 def baseline_answers(comparison: list[dict[str, Any]], learned_label: str) -> list[str]:
     """Plainly: does the learned model beat each baseline (paired CI above 1)?"""
     lines = []
@@ -237,14 +272,7 @@ def baseline_answers(comparison: list[dict[str, Any]], learned_label: str) -> li
             if f"ratio_{metric}" not in row:
                 continue
             e = Estimate(**row[f"ratio_{metric}"])
-            if max(abs(e.low - 1), abs(e.high - 1)) < TIE_WITHIN:
-                verdict = "No, a tie (the same picks, or nearly)"
-            elif e.low > 1:
-                verdict = "Yes"
-            elif e.high < 1:
-                verdict = "No, it loses"
-            else:
-                verdict = "Not conclusively (the CI spans 1)"
+            verdict = paired_verdict(e)
             lines.append(
                 f"Does {learned_label} ({what}) beat the {label}? **{verdict}**: "
                 f"ratio {e.text()} (paired, same test matrices)."
@@ -349,8 +377,8 @@ def plot_efficiency(rows: list[dict[str, Any]], op: str, path: Path) -> Path:
 
 def plot_ablations(rows: list[dict[str, Any]], k: int, op: str, path: Path) -> Path:
     plt = _pyplot()
-    # TL and NT at K next to zero-shot and the ablations (those run at ablation_matrices)
-    picked = [r for r in rows if r["variant"] not in (TL, NT) or r["k"] == k]
+    # every variant at K (the ablations run there too) next to zero-shot
+    picked = [r for r in rows if r["k"] == k or r["variant"] == ZERO_SHOT]
     x = np.arange(len(picked))
     fig, ax = plt.subplots(figsize=(max(6, 1.1 * len(x) + 2), 4))
     for offset, metric in ((-0.2, "top1"), (0.2, "top5")):

@@ -84,6 +84,9 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
     # frozen-featurizer embeddings, shared by every fine-tune and kept for a rerun
     cache = EmbeddingCache(out / "embeddings")
     todo = harness.cells(preset, len(data.train))
+    sources = {None: pretrained}  # per featurizer ablation, its own source model
+    for featurizer in sorted({c.featurizer for c in todo} - {None}):
+        sources[featurizer] = harness.pretrained_model(data, preset, models, log, featurizer)
     results = []
     with _progress() as progress:
         task = progress.add_task(data.op, total=len(todo))
@@ -91,7 +94,8 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
             name = f"{data.op} {cell.variant} K={cell.k} seed {cell.seed}"
             progress.update(task, description=name)
             started = time.time()
-            result = harness.run_cell(data, preset, cell, pretrained, models, digest, cache)
+            source = sources[cell.featurizer]
+            result = harness.run_cell(data, preset, cell, source, models, digest, cache)
             results.append(result)
             progress.advance(task)
             val = result["chosen"]["validation"][preset.select.metric]
@@ -123,6 +127,7 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
         "source_matrices": sorted({r.matrix.name for r in data.source_runs}),
         "shortfalls": data.shortfalls,
         "pretrained": pretrained.name,
+        "pretrained_ablations": {k: v.name for k, v in sources.items() if k is not None},
         "cells": results,
         "random_pick": floor,
         "rows": rows,
@@ -190,6 +195,7 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
         f"- records: {results['db'] or 'collected here'} (read from `{results['records']}`)",
         f"- wall time: {results['wall_s'] / 60:.1f} min",
         f"- featurizer: {_featurizer_words(preset)}",
+        *_ablation_words(preset),
         f"- seeds: {preset.seeds}; split seed {preset.split_seed}; "
         f"validation {preset.val_fraction:.0%}, test {preset.test_fraction:.0%} of the matrices",
         f"- selected on validation ({preset.select.metric}): freeze_featurizer in "
@@ -226,6 +232,7 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
             *[f"- {line}" for line in report.answers(rows, k)],
             *[f"- {line}" for line in report.transfer_answers(rows, k, preset.bootstrap)],
             *[f"- {line}" for line in report.active_answers(rows, preset.bootstrap)],
+            *[f"- {line}" for line in report.ablation_answers(rows, preset.bootstrap)],
             "",
             "### Results (test split)",
             "",
@@ -306,6 +313,21 @@ def _featurizer_words(preset: ExperimentPreset) -> str:
             else "may train it (chosen on validation)"
         )
     return f"a fixed, seeded random sparse-conv embedding, never trained ({shape})"
+
+
+def _ablation_words(preset: ExperimentPreset) -> list[str]:
+    names = harness.ablations(preset)
+    if not names:
+        return []
+    ks = sorted(set(preset.ablation_matrices))
+    lines = [f"- ablations at K = {ks}: {', '.join(names)}"]
+    if "random featurizer" in names:
+        lines.append(
+            "- `TL random featurizer`: the same source model pretrained with its featurizer "
+            "frozen at its seeded random initialisation (only the predictor learns), then "
+            "fine-tuned like TL"
+        )
+    return lines
 
 
 def _span(pair: list[int] | None) -> str:
