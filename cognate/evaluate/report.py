@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from cognate.evaluate.harness import NT, TL, TL_ACTIVE, TL_PORTFOLIO, ZERO_SHOT
+from cognate.evaluate.preset import ABLATIONS
 from cognate.evaluate.stats import Estimate, bootstrap_ci, mean_of_geomeans, mean_of_ratio
 
 # docs/architecture.md, Evaluation protocol: the COGNATE paper's own numbers (geomean speedup over the baseline config).
@@ -18,7 +19,6 @@ PAPER = {
     "no-transfer": {"5": 1.29, "100": 1.38, "1000": 1.43},
 }
 MATCH_RTOL = 0.01
-_TL_KINDS = (TL_ACTIVE, TL_PORTFOLIO)  # TL variants that are not ablations
 
 
 def _arrays(entries: list[dict[str, Any]]) -> tuple[list[str], dict[str, np.ndarray]]:
@@ -66,6 +66,12 @@ def floor_estimate(random_pick: dict[str, float], n_boot: int) -> Estimate:
 
 def _est(row: dict[str, Any], metric: str) -> Estimate:
     return Estimate(**row["estimates"][metric])
+
+
+def _paired(mine: dict[str, Any], theirs: dict[str, Any], metric: str, n_boot: int) -> Estimate:
+    """Ratio of two rows' per-seed geomeans, paired over seeds and test matrices."""
+    a, b = (np.asarray(r["per_seed"][metric]) for r in (mine, theirs))
+    return bootstrap_ci([a, b], mean_of_ratio, n_boot)
 
 
 def _find(rows: list[dict[str, Any]], variant: str, k: int | None = None) -> dict | None:
@@ -132,9 +138,7 @@ def active_answers(rows: list[dict[str, Any]], n_boot: int) -> list[str]:
             if active["seeds"] != random["seeds"] or active["matrices"] != random["matrices"]:
                 continue  # not paired: no claim
             for metric, what in (("top5", "best of top-5"), ("top1", "top-1")):
-                mine = np.asarray(active["per_seed"][metric])
-                theirs = np.asarray(random["per_seed"][metric])
-                e = bootstrap_ci([mine, theirs], mean_of_ratio, n_boot)
+                e = _paired(active, random, metric, n_boot)
                 verdict = "Yes" if e.low >= 1 else ("On the mean" if e.mean >= 1 else "No")
                 lines.append(
                     f"Does TL-{active['k']}-active ({what}) reach TL-{random['k']}-random? "
@@ -147,16 +151,15 @@ def ablation_answers(rows: list[dict[str, Any]], n_boot: int) -> list[str]:
     """Does TL-K beat each of its ablations at the same K (paired: same seeds and test
     matrices)? A ratio above 1 means the ablated part earns something."""
     lines = []
-    ablated = [r for r in rows if r["variant"].startswith("TL ") and r["variant"] not in _TL_KINDS]
+    names = {f"TL {name}": name for name in ABLATIONS}  # the harness's ablation variants
+    ablated = [r for r in rows if r["variant"] in names]
     for row in sorted(ablated, key=lambda r: (r["k"], r["variant"])):
         tl = _find(rows, TL, row["k"])
         if tl is None or tl["seeds"] != row["seeds"] or tl["matrices"] != row["matrices"]:
             continue  # not paired: no claim
-        name = row["variant"][len("TL ") :]
+        name = names[row["variant"]]
         for metric, what in (("top5", "best of top-5"), ("top1", "top-1")):
-            mine = np.asarray(tl["per_seed"][metric])
-            theirs = np.asarray(row["per_seed"][metric])
-            e = bootstrap_ci([mine, theirs], mean_of_ratio, n_boot)
+            e = _paired(tl, row, metric, n_boot)
             verdict = paired_verdict(e)
             lines.append(
                 f"Does TL-{row['k']} ({what}) beat TL-{row['k']} with {name}? **{verdict}**: "
@@ -178,11 +181,7 @@ def transfer_answers(rows: list[dict[str, Any]], tl_k: int, n_boot: int) -> list
         if nt["seeds"] != tl["seeds"] or nt["matrices"] != tl["matrices"]:
             continue  # not paired: no claim
         for metric, what in (("top5", "best of top-5"), ("top1", "top-1")):
-            e = bootstrap_ci(
-                [np.asarray(tl["per_seed"][metric]), np.asarray(nt["per_seed"][metric])],
-                mean_of_ratio,
-                n_boot,
-            )
+            e = _paired(tl, nt, metric, n_boot)
             if nt["k"] == tl_k:
                 verdict = "Yes" if e.low > 1 else ("On the mean" if e.mean > 1 else "No")
                 question = f"Does TL-{tl_k} ({what}) beat NT-{tl_k}?"
