@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from collections.abc import Iterator
 from dataclasses import fields, replace
 from pathlib import Path
@@ -125,6 +126,8 @@ def test_quick_writes_report_plots_and_results(quick_out: Path) -> None:
         "TL active-1",
         "Does TL-1-active (best of top-5) reach TL-1-random?",
         "featurizer: a fixed, seeded random sparse-conv embedding",
+        "NT-K (target only): the same network without the source; its featurizer starts at a "
+        "seeded random init and stays there",
         "TL + portfolio-3",
         "#### TL-3 + portfolio",
     ):
@@ -217,10 +220,32 @@ def test_rerun_on_a_given_store_reuses_models_and_leaves_the_store_alone(quick_o
     assert "records.snapshot.db" in (quick_out / "report.md").read_text()
 
 
+def test_one_op_runs_alone_in_a_shared_folder_and_reuses_its_cells(
+    quick_out: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "quick"
+    shutil.copytree(quick_out, out)
+    models = {p.name: p.stat().st_mtime_ns for p in (out / "models").iterdir()}
+    args = ["evaluate", "--quick", "--op", "spmm", "--db", str(out / "records.collected.db")]
+    result = CliRunner().invoke(main, [*args, "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert {p.name: p.stat().st_mtime_ns for p in (out / "models").iterdir()} == models
+    assert " 0 computed" in result.output
+    assert "--op spmm" in json.loads((out / "results.json").read_text())["command"]
+
+
+def test_only_ops_keeps_every_other_setting() -> None:
+    preset = load_experiment("default")
+    one = preset.only_ops(["sddmm"])
+    assert one.ops == ["sddmm"]
+    assert one.model_dump(exclude={"ops"}) == preset.model_dump(exclude={"ops"})
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["--preset", "nosuch"], "unknown experiment preset 'nosuch'"),
+        (["--quick", "--op", "sddmm"], "evaluates ['spmm'], not ['sddmm']"),
         (["--quick", "--preset", "default"], "exclude each other"),
         (["--preset", "default", "--db", "/nonexistent/records.db"], "no usable records"),
     ],

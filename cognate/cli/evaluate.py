@@ -33,6 +33,14 @@ def register(main: click.Group, data: click.Group) -> None:
     "Default: $COGNATE_HOME/evaluate/<preset>.",
 )
 @click.option(
+    "--op",
+    "ops",
+    multiple=True,
+    type=click.Choice(["spmm", "sddmm"]),
+    help="Evaluate only this op of the preset (repeatable). Two processes, one per op, may "
+    "share one --out: a run with every op afterwards reuses their cells and writes the whole report.",
+)
+@click.option(
     "--threads",
     type=click.IntRange(min=1),
     default=1,
@@ -40,7 +48,12 @@ def register(main: click.Group, data: click.Group) -> None:
     help="torch threads (on a shared 2-core machine 1 is fastest).",
 )
 def evaluate(
-    preset: str | None, quick: bool, db: Path | None, out: Path | None, threads: int
+    preset: str | None,
+    quick: bool,
+    db: Path | None,
+    out: Path | None,
+    ops: tuple[str, ...],
+    threads: int,
 ) -> None:
     """Evaluate transfer (TL) vs target-only (NT), zero-shot and the ablations on test
     matrices, with every choice made on validation and 95% bootstrap CIs over seeds.
@@ -55,10 +68,12 @@ def evaluate(
     if quick and preset not in (None, "quick"):
         raise CognateError(f"--quick and --preset {preset} exclude each other")
     spec = load_experiment("quick" if quick else preset or "default")
+    if ops:
+        spec = spec.only_ops(list(ops))
     torch.set_num_threads(threads)
     out = (out or cognate_home() / "evaluate" / spec.name).expanduser()
     console = Console(stderr=True)
-    command = _command_line(preset, quick, db, out, threads)
+    command = _command_line(preset, quick, db, out, ops, threads)
     report = run_evaluation(
         spec, db, out, command, lambda line: console.print(line, soft_wrap=True)
     )
@@ -66,11 +81,16 @@ def evaluate(
     console.print(f"report written to {report}")
 
 
-def _command_line(preset: str | None, quick: bool, db: Path | None, out: Path, threads: int) -> str:
+def _command_line(
+    preset: str | None, quick: bool, db: Path | None, out: Path, ops: tuple[str, ...], threads: int
+) -> str:
     """The exact command when run as ``cognate``; else (a Python caller) its equivalent."""
-    if Path(sys.argv[0]).name in ("cognate", "__main__.py"):
+    program = Path(sys.argv[0])
+    # `cognate ...` or `python -m cognate ...` (not another module's __main__, e.g. pytest's)
+    if program.name == "cognate" or program.parts[-2:] == ("cognate", "__main__.py"):
         return shlex.join(["cognate", *sys.argv[1:]])
     args = ["cognate", "evaluate", *(["--quick"] if quick else []), "--out", str(out)]
     args += ["--preset", preset] if preset else []
     args += ["--db", str(db)] if db else []
+    args += [arg for op in ops for arg in ("--op", op)]
     return shlex.join([*args, "--threads", str(threads)])

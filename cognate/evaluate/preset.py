@@ -83,6 +83,14 @@ class ExperimentPreset(_Strict):
     target_all_configs: bool = False
     short_data: Literal["refuse", "warn"] = "refuse"
 
+    def only_ops(self, ops: list[str]) -> ExperimentPreset:
+        """The same preset restricted to ``ops`` (each one of its own): every cached model
+        and cell keeps its key, so runs of disjoint ops can share one output folder."""
+        unknown = [op for op in ops if op not in self.ops]
+        if unknown:
+            raise CognateError(f"preset {self.name!r} evaluates {self.ops}, not {unknown}")
+        return self.model_copy(update={"ops": [op for op in self.ops if op in ops]})
+
     @field_validator("ablation_matrices", mode="before")
     @classmethod
     def _one_k_is_a_list(cls, value: Any) -> Any:

@@ -195,6 +195,7 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
         f"- records: {results['db'] or 'collected here'} (read from `{results['records']}`)",
         f"- wall time: {results['wall_s'] / 60:.1f} min",
         f"- featurizer: {_featurizer_words(preset)}",
+        f"- NT-K (target only): {_target_only_words(preset)}",
         *_ablation_words(preset),
         f"- seeds: {preset.seeds}; split seed {preset.split_seed}; "
         f"validation {preset.val_fraction:.0%}, test {preset.test_fraction:.0%} of the matrices",
@@ -313,6 +314,21 @@ def _featurizer_words(preset: ExperimentPreset) -> str:
             else "may train it (chosen on validation)"
         )
     return f"a fixed, seeded random sparse-conv embedding, never trained ({shape})"
+
+
+def _target_only_words(preset: ExperimentPreset) -> str:
+    """Which featurizer the target-only rows used: theirs starts at a seeded random init."""
+    frozen = preset.select.freeze_featurizer
+    how = (
+        "and stays there (only the predictor learns)"
+        if frozen == [True]
+        else "and is trained on the K matrices"
+        if frozen == [False]
+        else "and is frozen or trained on the K matrices (chosen on validation)"
+    )
+    return (
+        f"the same network without the source; its featurizer starts at a seeded random init {how}"
+    )
 
 
 def _ablation_words(preset: ExperimentPreset) -> list[str]:
