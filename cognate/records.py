@@ -35,8 +35,9 @@ def load_record_matrix(row: pd.Series) -> Matrix:
     return matrix
 
 
-def load_runs(db: Path, space: Space) -> list[MatrixRuns]:
-    """The store's ok records for ``space`` (versions it accepts), grouped per matrix and width."""
+def load_runs(db: Path, space: Space, max_nnz: int | None = None) -> list[MatrixRuns]:
+    """The store's ok records for ``space`` (versions it accepts), grouped per matrix and width;
+    ``max_nnz``: only matrices with at most that many nonzeros (the others are never read)."""
     from cognate.store import Store  # the store pulls in pandas/sqlite: only when needed
 
     if not db.is_file():
@@ -52,6 +53,10 @@ def load_runs(db: Path, space: Space) -> list[MatrixRuns]:
             f"{db}: records of {space.name} are from space version(s) {versions}, "
             f"not the current {space.version}; collect again"
         )
+    if max_nnz is not None:
+        current = current[current["nnz"] <= max_nnz]
+        if current.empty:
+            raise CognateError(f"{db}: no {space.name} records of a matrix with <= {max_nnz} nnz")
     from cognate.model.train import runs_from_frame
 
     return runs_from_frame(current, space, load_record_matrix)

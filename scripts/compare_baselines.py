@@ -1,6 +1,6 @@
 """A pretrained model vs the non-learned baselines on its held-out matrices (paired).
 
-    python scripts/compare_baselines.py MODEL --db records.sqlite
+    python scripts/compare_baselines.py MODEL --db records.sqlite [--width 64]
 
 The model must have been trained with ``cognate pretrain --hold-out F``: its metadata names
 the held-out (test) matrices, never trained on nor used for epoch selection. The baselines
@@ -68,13 +68,22 @@ def main() -> None:
         metavar="M",
         help="also the model ranking only the greedy fixed M-set of the training matrices",
     )
+    parser.add_argument(
+        "--width",
+        type=int,
+        default=64,
+        help="dense width of the records compared (a matrix may have several; default 64)",
+    )
     args = parser.parse_args()
     meta = read_metadata(args.model)
     space = get_target(meta["target"]).space(meta["op"])
     split = {part: {m["sha256"] for m in meta["split"].get(part, [])} for part in ("train", "test")}
     if not split["test"]:
         raise SystemExit(f"{args.model}: no held-out matrices (train it with --hold-out)")
-    runs = [r for r in load_runs(args.db, space) if r.baseline is not None]
+    # one width: the picks and baselines are keyed by matrix name
+    runs = [
+        r for r in load_runs(args.db, space) if r.baseline is not None and r.width == args.width
+    ]
     train = [r for r in runs if r.key in split["train"]]
     test = [r for r in runs if r.key in split["test"]]
     model = CostModel.load(args.model, space)
@@ -84,7 +93,10 @@ def main() -> None:
     oracle = {r.matrix.name: float(r.runtimes[r.baseline] / r.runtimes.min()) for r in test}
     row = lambda d: np.array([[d[n] for n in names]])  # noqa: E731 - (1, matrices)
     pct = lambda d: bootstrap_ci([row(d), row(oracle)], mean_of_ratio).text("{:.1%}")  # noqa: E731
-    print(f"{args.model.name}: {len(train)} training, {len(names)} held-out matrices")
+    print(
+        f"{args.model.name}: {len(train)} training, {len(names)} held-out matrices "
+        f"(width {args.width})"
+    )
     print(f"model's {describe_portfolio(model.metadata)}")
     print(f"model  top-1 {pct(mine1)} of oracle, best of top-5 {pct(mine5)}")
     baselines = all_baselines(space, train, test, k=5)

@@ -392,10 +392,31 @@ def test_pretrain_hold_out_never_trains_or_selects_on_its_matrices(
     assert 0 < test["top1"] <= test["oracle"] and test["top5"] <= test["oracle"]
 
 
+def test_pretrain_max_nnz_leaves_larger_matrices_out_of_every_split(
+    spade_store, spade_runs, spade_space, tmp_path, capsys
+):
+    sizes = sorted(run.matrix.nnz for run in spade_runs[:10])
+    cap = sizes[6]  # the 7 smallest stay (ties aside)
+    kept = {run.key for run in spade_runs[:10] if run.matrix.nnz <= cap}
+    out = tmp_path / "model.safetensors"
+    argv = ["pretrain", "--db", str(spade_store), "--target", "spade", "--op", "spmm"]
+    rc = run_cli(
+        [*argv, "--epochs", "1", "--threads", "1", "--hold-out", "0.3"]
+        + ["--max-nnz", str(cap), "-o", str(out)]
+    )
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert f"matrices above {cap} nnz left out" in " ".join(err.split())
+    _, _, meta = load_checkpoint(out, spade_space)
+    seen = {m["sha256"] for part in ("train", "validation", "test") for m in meta["split"][part]}
+    assert seen == kept and meta["max_nnz"] == cap
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
         (["--db", "/nonexistent/records.sqlite"], "no such record store"),
+        (["--max-nnz", "1"], "no spade-spmm records of a matrix with <= 1 nnz"),
         (["--preset", "huge"], "unknown preset 'huge'"),
         (["--op", "sddmm"], "no ok records for target spade, op sddmm"),
     ],
