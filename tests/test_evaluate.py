@@ -15,6 +15,7 @@ import torch
 from click.testing import CliRunner
 
 from cognate.cli import main, run
+from cognate.errors import CognateError
 from cognate.evaluate import harness
 from cognate.evaluate.harness import Candidate, Cell, select_candidate
 from cognate.evaluate.preset import load_experiment
@@ -367,6 +368,38 @@ def test_a_store_below_the_minimum_warns_when_asked(quick_out: Path) -> None:
         ).shortfalls
         == []
     )
+
+
+def test_matrices_measured_on_a_sample_are_left_out_and_counted(
+    quick_out: Path, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    db = tmp_path / "partial.db"
+    shutil.copy(quick_out / "records.collected.db", db)
+    with sqlite3.connect(db) as con:  # one matrix keeps only half of its spmm configs
+        (matrix,) = con.execute("SELECT id FROM matrices ORDER BY name LIMIT 1").fetchone()
+        con.execute(
+            "DELETE FROM measurements WHERE matrix_id = ? AND op = 'spmm' AND is_baseline = 0 "
+            "AND id % 2 = 0",
+            (matrix,),
+        )
+    preset = load_experiment("quick").model_copy(update={"target_all_configs": True})
+    lines: list[str] = []
+    data = harness.prepare_op(db, preset, "spmm", lines.append)
+    assert data.sampled == 1 and len({r.key for r in data.runs}) == 11
+    assert "1 target matrices measured on a sample of the space left out" in " ".join(lines)
+    every = harness.prepare_op(db, load_experiment("quick"), "spmm", lines.append)
+    assert every.sampled == 0 and len({r.key for r in every.runs}) == 12
+
+
+def test_the_preset_width_selects_the_target_records(quick_out: Path) -> None:
+    db = quick_out / "records.collected.db"
+    at16 = load_experiment("quick").model_copy(update={"width": 16})
+    assert {r.width for r in harness.prepare_op(db, at16, "spmm", lambda _: None).runs} == {16}
+    at64 = at16.model_copy(update={"width": 64})
+    with pytest.raises(CognateError, match="no spade-spmm records at width 64"):
+        harness.prepare_op(db, at64, "spmm", lambda _: None)
 
 
 def test_transfer_answers_pair_tl_with_nt() -> None:

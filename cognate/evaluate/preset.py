@@ -75,9 +75,12 @@ class ExperimentPreset(_Strict):
     select: SelectSpec = SelectSpec()
     bootstrap: int = Field(2000, ge=100)
     collect: CollectSpec | None = None
+    # The target's records of this dense width only (None: every width the store holds).
+    width: int | None = Field(None, ge=1)
     # The data the protocol needs (issue 8): >= min_matrices source matrices with >=
-    # min_configs measured configs each, >= min_matrices target matrices, and (when
-    # target_all_configs) every target matrix measured on every config of the space.
+    # min_configs measured configs each and >= min_matrices target matrices. With
+    # target_all_configs only target matrices measured on every config of the space are
+    # evaluated (the oracle needs them); the others are left out and counted in the report.
     min_matrices: int = Field(4, ge=4)
     min_configs: int = Field(1, ge=1)
     target_all_configs: bool = False

@@ -126,6 +126,7 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
         },
         "source_matrices": sorted({r.matrix.name for r in data.source_runs}),
         "shortfalls": data.shortfalls,
+        "sampled_left_out": data.sampled,
         "pretrained": pretrained.name,
         "pretrained_ablations": {k: v.name for k, v in sources.items() if k is not None},
         "cells": results,
@@ -225,7 +226,8 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
             f"train {d['train']}, validation {d['validation']}, test {d['test']}. Source: "
             f"{res['source']}, {d['source_matrices']} matrices outside the target's validation "
             f"and test splits ({d['source_records']} records, "
-            f"{_span(d.get('source_configs_per_matrix'))} configs per matrix).",
+            f"{_span(d.get('source_configs_per_matrix'))} configs per matrix)."
+            + _sampled_words(res.get("sampled_left_out", 0), preset),
             "",
             *[f"**Below the preset's data minimum**: {line}.\n" for line in res["shortfalls"]],
             "### Answers",
@@ -344,6 +346,16 @@ def _ablation_words(preset: ExperimentPreset) -> list[str]:
             "fine-tuned like TL"
         )
     return lines
+
+
+def _sampled_words(sampled: int, preset: ExperimentPreset) -> str:
+    width = f" at width {preset.width}" if preset.width is not None else ""
+    if not sampled:
+        return f" Target records{width}." if width else ""
+    return (
+        f" Target records{width}; {sampled} more target matrices, measured on a sample of the "
+        "space only, are left out (the oracle needs every config)."
+    )
 
 
 def _span(pair: list[int] | None) -> str:
