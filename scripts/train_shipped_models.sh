@@ -94,6 +94,8 @@ meta = read_metadata(model)
 with Store(snap) as store:
     frame = store.frame(target=meta["target"], op=meta["op"], status="ok")
 frame = frame[frame["space_version"] == meta["space"]["version"]]
+if meta.get("max_nnz"):  # pretrain --max-nnz: the larger matrices are not the model's data
+    frame = frame[frame["nnz"] <= meta["max_nnz"]]
 
 def git(*args):
     try:
@@ -121,6 +123,7 @@ doc = {
     "op": meta["op"],
     "space": meta["space"],
     "preset": meta["preset"]["name"],
+    "max_nnz": meta.get("max_nnz"),
     "encoder": meta["encoder"],
     "validation": meta.get("metrics", {}).get("best"),
     "test": meta.get("metrics", {}).get("test"),
