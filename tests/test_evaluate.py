@@ -514,3 +514,18 @@ def test_ablation_answers_pair_tl_with_its_ablation() -> None:
     lines = report.ablation_answers([tl, worse, unpaired, active], 200)
     assert len(lines) == 2  # top-5 and top-1 of the one paired ablation
     assert "beat TL-3 with no mapper? **Yes**: TL / ablation 2.000x" in lines[0]
+
+
+def test_source_max_nnz_keeps_big_matrices_out_of_pretraining(quick_out: Path) -> None:
+    db = quick_out / "records.collected.db"
+    every = harness.prepare_op(db, load_experiment("quick"), "spmm", lambda _: None)
+    sizes = sorted({r.key: r.matrix.nnz for r in every.source_runs}.values())
+    cap = sizes[len(sizes) // 2]
+    preset = load_experiment("quick").model_copy(update={"source_max_nnz": cap})
+    capped = harness.prepare_op(db, preset, "spmm", lambda _: None)
+    assert capped.source_runs and all(r.matrix.nnz <= cap for r in capped.source_runs)
+    assert len({r.key for r in capped.source_runs}) < len({r.key for r in every.source_runs})
+    assert f"(matrices <= {cap} nnz)" in capped.source_name
+    assert [r.key for r in capped.runs] == [
+        r.key for r in every.runs
+    ]  # the target's matrices are not capped

@@ -80,10 +80,10 @@ def snapshot_db(source: Path, dest: Path) -> Path:
     return dest
 
 
-def load_op_runs(db: Path, space: Space) -> list[MatrixRuns]:
+def load_op_runs(db: Path, space: Space, max_nnz: int | None = None) -> list[MatrixRuns]:
     from cognate.records import load_runs  # the store's grouping, shared with pretrain
 
-    return load_runs(db, space)
+    return load_runs(db, space, max_nnz)
 
 
 def usable(db: Path, preset: ExperimentPreset) -> str | None:
@@ -181,7 +181,7 @@ def prepare_op(db: Path, preset: ExperimentPreset, op: str, log: Log) -> OpData:
         space,
         {k: v for k, v in measured.items() if k in kept},
         name,
-        measured_configs(db, src_space),
+        _kept(measured_configs(db, src_space), src_runs),
     )
     if short and preset.short_data == "refuse":
         raise CognateError(
@@ -259,7 +259,8 @@ def _source(db: Path, preset: ExperimentPreset, op: str, log: Log) -> tuple[str,
     if preset.source != OTHER_OP:
         space = get_target(preset.source).space(op)
         try:
-            return f"{preset.source} {op}", space, load_op_runs(db, space)
+            runs = load_op_runs(db, space, preset.source_max_nnz)
+            return f"{preset.source} {op}{_nnz_words(preset)}", space, runs
         except CognateError as err:
             if preset.source_fallback == "none":
                 raise CognateError(f"no {preset.source} {op} source records: {err}") from None
@@ -271,10 +272,19 @@ def _source(db: Path, preset: ExperimentPreset, op: str, log: Log) -> tuple[str,
     space = get_target(preset.target).space(other)
     why = f": no {preset.source} records" if preset.source != OTHER_OP else ""
     return (
-        f"{preset.target} {other} (stand-in source{why})",
+        f"{preset.target} {other} (stand-in source{why}){_nnz_words(preset)}",
         space,
-        load_op_runs(db, space),
+        load_op_runs(db, space, preset.source_max_nnz),
     )
+
+
+def _kept(measured: dict[str, set[str]], runs: Sequence[MatrixRuns]) -> dict[str, set[str]]:
+    keys = {r.key for r in runs}
+    return {k: v for k, v in measured.items() if k in keys}
+
+
+def _nnz_words(preset: ExperimentPreset) -> str:
+    return f" (matrices <= {preset.source_max_nnz} nnz)" if preset.source_max_nnz else ""
 
 
 # --- models --------------------------------------------------------------------------------
