@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 from cognate.errors import CognateError
 
 if TYPE_CHECKING:  # pandas and torch load only when records are read
+    from collections.abc import Collection
+
     import pandas as pd
 
     from cognate.matrix import Matrix
@@ -35,9 +37,12 @@ def load_record_matrix(row: pd.Series) -> Matrix:
     return matrix
 
 
-def load_runs(db: Path, space: Space, max_nnz: int | None = None) -> list[MatrixRuns]:
+def load_runs(
+    db: Path, space: Space, max_nnz: int | None = None, matrices: Collection[str] | None = None
+) -> list[MatrixRuns]:
     """The store's ok records for ``space`` (versions it accepts), grouped per matrix and width;
-    ``max_nnz``: only matrices with at most that many nonzeros (the others are never read)."""
+    ``max_nnz``: only matrices with at most that many nonzeros; ``matrices``: only those
+    sha256s (the others are never read)."""
     from cognate.store import Store  # the store pulls in pandas/sqlite: only when needed
 
     if not db.is_file():
@@ -57,6 +62,10 @@ def load_runs(db: Path, space: Space, max_nnz: int | None = None) -> list[Matrix
         current = current[current["nnz"] <= max_nnz]
         if current.empty:
             raise CognateError(f"{db}: no {space.name} records of a matrix with <= {max_nnz} nnz")
+    if matrices is not None:
+        current = current[current["matrix_sha256"].isin(set(matrices))]
+        if current.empty:
+            raise CognateError(f"{db}: no {space.name} records of the matrices asked for")
     from cognate.model.train import runs_from_frame
 
     return runs_from_frame(current, space, load_record_matrix)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import fields, replace
 from pathlib import Path
@@ -21,6 +22,7 @@ from cognate.evaluate.harness import Candidate, Cell, select_candidate
 from cognate.evaluate.preset import load_experiment
 from cognate.evaluate.stats import bootstrap_ci, mean_of_geomeans, mean_of_ratio
 from cognate.model.train import Embedder, read_metadata
+from cognate.targets import get_target
 from cognate.transfer.finetune import (
     EmbeddingCache,
     FinetuneOptions,
@@ -529,3 +531,25 @@ def test_source_max_nnz_keeps_big_matrices_out_of_pretraining(quick_out: Path) -
     assert [r.key for r in capped.runs] == [
         r.key for r in every.runs
     ]  # the target's matrices are not capped
+
+
+def test_target_all_configs_keeps_only_complete_matrices_and_never_reads_the_others(
+    quick_out: Path, tmp_path: Path
+) -> None:
+    space = get_target("spade").space("spmm")
+    every = {c.hash for c in space.all_configs()}
+    measured = {"complete": set(every), "sampled": set(list(every)[:5])}
+    preset = load_experiment("quick").model_copy(update={"target_all_configs": True})
+    assert harness._complete_matrices(measured, space, preset) == ({"complete"}, 1)
+    assert harness._complete_matrices(measured, space, load_experiment("quick")) == (None, 0)
+    with pytest.raises(CognateError, match="measured on every config"):
+        harness._complete_matrices({"sampled": measured["sampled"]}, space, preset)
+    # a matrix left out is never read: its file may be gone (a big generated one, say)
+    db = shutil.copy(quick_out / "records.collected.db", tmp_path / "records.db")
+    keys = sorted(harness.measured_configs(db, space))
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE matrices SET source = ? WHERE sha256 = ?", ("/gone.npz", keys[0]))
+    kept = harness.load_op_runs(db, space, matrices=set(keys[1:]))
+    assert {r.key for r in kept} == set(keys[1:])
+    with pytest.raises(CognateError, match="not a readable file"):
+        harness.load_op_runs(db, space)

@@ -80,10 +80,12 @@ def snapshot_db(source: Path, dest: Path) -> Path:
     return dest
 
 
-def load_op_runs(db: Path, space: Space, max_nnz: int | None = None) -> list[MatrixRuns]:
+def load_op_runs(
+    db: Path, space: Space, max_nnz: int | None = None, matrices: set[str] | None = None
+) -> list[MatrixRuns]:
     from cognate.records import load_runs  # the store's grouping, shared with pretrain
 
-    return load_runs(db, space, max_nnz)
+    return load_runs(db, space, max_nnz, matrices)
 
 
 def usable(db: Path, preset: ExperimentPreset) -> str | None:
@@ -91,11 +93,11 @@ def usable(db: Path, preset: ExperimentPreset) -> str | None:
     if not db.is_file():
         return f"{db} does not exist"
     for op in preset.ops:
-        try:
-            runs = load_op_runs(db, get_target(preset.target).space(op))
+        try:  # the store alone: no matrix file is read here
+            measured = measured_configs(db, get_target(preset.target).space(op))
         except CognateError as err:
             return str(err)
-        if len({r.key for r in runs}) < 4:
+        if len(measured) < 4:
             return f"{db}: fewer than 4 {preset.target} {op} matrices"
     return None
 
@@ -168,7 +170,8 @@ def prepare_op(db: Path, preset: ExperimentPreset, op: str, log: Log) -> OpData:
     target = get_target(preset.target)
     space = target.space(op)
     measured = measured_configs(db, space, preset.width)
-    runs, sampled = _target_runs(load_op_runs(db, space), measured, space, preset)
+    complete, sampled = _complete_matrices(measured, space, preset)
+    runs = _at_width(load_op_runs(db, space, matrices=complete), space, preset)
     if sampled:
         log(f"{op}: {sampled} target matrices measured on a sample of the space left out")
     train_keys, val_keys, test_keys = split_target(
@@ -199,22 +202,30 @@ def prepare_op(db: Path, preset: ExperimentPreset, op: str, log: Log) -> OpData:
     )
 
 
-def _target_runs(
-    runs: list[MatrixRuns], measured: dict[str, set[str]], space: Space, preset: ExperimentPreset
-) -> tuple[list[MatrixRuns], int]:
-    """The target runs the protocol evaluates: the preset's width only, and with
-    ``target_all_configs`` only matrices measured on every config (the oracle needs them).
-    Returns them and how many matrices were left out as measured on a sample."""
-    if preset.width is not None:
-        runs = [r for r in runs if r.width == preset.width]
-        if not runs:
-            raise CognateError(f"no {space.name} records at width {preset.width}")
+def _complete_matrices(
+    measured: dict[str, set[str]], space: Space, preset: ExperimentPreset
+) -> tuple[set[str] | None, int]:
+    """With ``target_all_configs``, the target matrices measured on every config of the space
+    (the oracle needs them; None: every matrix) and how many were measured on a sample only.
+    Decided from the store alone, so a left-out matrix's file is never read."""
     all_configs = getattr(space, "all_configs", None)  # only an enumerable space
     if not preset.target_all_configs or all_configs is None:
-        return runs, 0
+        return None, 0
     every = {c.hash for c in all_configs()}
-    complete = [r for r in runs if every <= measured.get(r.key, set())]
-    return complete, len({r.key for r in runs}) - len({r.key for r in complete})
+    complete = {k for k, configs in measured.items() if every <= configs}
+    if not complete:
+        raise CognateError(f"no {space.name} matrix is measured on every config")
+    return complete, len(measured) - len(complete)
+
+
+def _at_width(runs: list[MatrixRuns], space: Space, preset: ExperimentPreset) -> list[MatrixRuns]:
+    """The target runs at the preset's width (None: every width)."""
+    if preset.width is None:
+        return runs
+    runs = [r for r in runs if r.width == preset.width]
+    if not runs:
+        raise CognateError(f"no {space.name} records at width {preset.width}")
+    return runs
 
 
 def measured_configs(db: Path, space: Space, width: int | None = None) -> dict[str, set[str]]:
