@@ -352,6 +352,8 @@ class Candidate:
     best_epoch: int
     finetune_matrices: list[str]
     path: Path = field(repr=False)
+    # loaded from ``<out>/models`` (trained by an earlier run), not trained by this one
+    reused: bool = field(default=False, repr=False, compare=False)
 
 
 def select_candidate(candidates: Sequence[Candidate], metric: str) -> Candidate:
@@ -378,7 +380,7 @@ def _finetuned(
     path, meta_path = models / f"{key}.safetensors", models / f"{key}.json"
     if path.is_file() and meta_path.is_file():
         saved = json.loads(meta_path.read_text())
-        return Candidate(**saved, path=path)
+        return Candidate(**saved, path=path, reused=True)
     out = finetune(pretrained, data.runs, data.space, opts, cache=cache)
     out.metadata["metrics"].pop("test", None)  # selection must never see test numbers
     save_checkpoint(path, out.model, out.metadata)
@@ -533,8 +535,9 @@ def run_cell(
         "k": cell.k,
         "seed": cell.seed,
         "candidates": len(candidates),
-        "chosen": {k: v for k, v in asdict(chosen).items() if k != "path"},
+        "chosen": {k: v for k, v in asdict(chosen).items() if k not in ("path", "reused")},
         "test": test,
+        "fine_tunes_reused": sum(c.reused for c in candidates),
     }
     portfolio_ks = {min(k, len(data.train)) for k in preset.portfolio_matrices}
     if cell.variant == TL and cell.k in portfolio_ks:

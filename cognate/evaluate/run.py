@@ -105,6 +105,10 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
             )
     results += harness.portfolio_results(results)
     log(f"{data.op}: embeddings {cache.hits} reused, {cache.misses} computed")
+    fine_tunes = {
+        "total": sum(r["candidates"] for r in results if "candidates" in r),
+        "reused": sum(r.get("fine_tunes_reused", 0) for r in results),
+    }
     floor = harness.random_pick(data.test_runs())
     rows = report.ordered(report.summarize(results, preset.bootstrap))
     log(f"{data.op}: non-learned baselines (chosen on the {len(data.train)} training matrices)")
@@ -130,6 +134,7 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
         "pretrained": pretrained.name,
         "pretrained_ablations": {k: v.name for k, v in sources.items() if k is not None},
         "cells": results,
+        "fine_tunes": fine_tunes,
         "random_pick": floor,
         "rows": rows,
         "baselines": report.baseline_comparison(compared, learned, preset.bootstrap),
@@ -194,7 +199,7 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
         f"- command: `{results['command']}`",
         f"- git revision: {results['git']}",
         f"- records: {results['db'] or 'collected here'} (read from `{results['records']}`)",
-        f"- wall time: {results['wall_s'] / 60:.1f} min",
+        f"- wall time: {results['wall_s'] / 60:.1f} min{_reuse_words(results)}",
         f"- featurizer: {_featurizer_words(preset)}",
         f"- NT-K (target only): {_target_only_words(preset)}",
         *_ablation_words(preset),
@@ -303,6 +308,22 @@ def _baseline_section(res: dict[str, Any], k: int) -> list[str]:
             "",
         ]
     return lines
+
+
+def _reuse_words(results: dict[str, Any]) -> str:
+    """How much of the work this run did: a rerun reuses the models an earlier run trained,
+    so its wall time alone understates what the numbers cost."""
+    counts = [op.get("fine_tunes") for op in results["ops"].values()]
+    if not counts or None in counts:
+        return ""
+    total = sum(c["total"] for c in counts)
+    reused = sum(c["reused"] for c in counts)
+    if not reused:
+        return f" ({total} fine-tunes, all trained by this run)"
+    return (
+        f" (this run trained {total - reused} of {total} fine-tunes; the other {reused}"
+        " were trained by an earlier run into this output folder's models/ and reused)"
+    )
 
 
 def _featurizer_words(preset: ExperimentPreset) -> str:
