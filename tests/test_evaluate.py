@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import sqlite3
 from collections.abc import Iterator
@@ -134,8 +135,12 @@ def test_quick_writes_report_plots_and_results(quick_out: Path) -> None:
         "TL + portfolio-3",
         "#### TL-3 + portfolio",
         "fine-tunes, all trained by this run",
+        "Headroom: on these test matrices the best fixed config reaches",
     ):
         assert text in report, text
+    # the fixed baselines never pass the oracle; the 5-set never falls below its first pick
+    fixed1, fixed5 = map(float, re.findall(r"config reaches ([\d.]+)%.*5-set ([\d.]+)%", report)[0])
+    assert 0 < fixed1 <= fixed5 <= 100.0
     pngs = sorted(p.name for p in quick_out.glob("*.png"))
     assert pngs == ["spmm-ablations.png", "spmm-efficiency.png", "spmm-per-matrix-TL-3.png"]
     for png in quick_out.glob("*.png"):
