@@ -129,6 +129,8 @@ def test_quick_writes_report_plots_and_results(quick_out: Path) -> None:
         "greedy fixed 5-set",
         "TL active-1",
         "Does TL-1-active (best of top-5) reach TL-1-random?",
+        "TL representative-1",
+        "Does TL-1-representative (best of top-5) reach TL-1-random?",
         "featurizer: a fixed, seeded random sparse-conv embedding",
         "NT-K (target only): the same network without the source; its featurizer starts at a "
         "seeded random init and stays there",

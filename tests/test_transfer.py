@@ -195,6 +195,7 @@ ABLATIONS = [
     ["--zero-shot"],
     ["--no-freeze-featurizer"],
     ["--select", "active"],
+    ["--select", "representative"],
 ]
 
 
@@ -230,7 +231,7 @@ def test_finetune_cli_records_each_ablation(
     assert opts["latent"] == (flags[1] if flags[:1] == ["--latent"] else "ae")
     assert opts["from_scratch"] == ("--from-scratch" in flags)
     assert opts["zero_shot"] == ("--zero-shot" in flags)
-    assert opts["select"] == ("active" if "--select" in flags else "random")
+    assert opts["select"] == (flags[1] if flags[:1] == ["--select"] else "random")
     assert opts["freeze_featurizer"] == ("--no-freeze-featurizer" not in flags)
     assert meta["transfer"]["source"]["op"] == "sddmm"
     split = meta["split"]

@@ -11,6 +11,7 @@ from rich.table import Table
 from cognate.cli.options import TARGET
 from cognate.errors import CognateError
 from cognate.targets import OPS
+from cognate.transfer.select import SELECTIONS
 
 
 def register(main: click.Group, data: click.Group) -> None:
@@ -69,11 +70,12 @@ def register(main: click.Group, data: click.Group) -> None:
 @click.option(
     "--select",
     "selection",
-    type=click.Choice(["random", "active"]),
+    type=click.Choice(SELECTIONS),
     default="random",
     show_default=True,
-    help="How the K target matrices are chosen: seeded random, or active (diverse in the "
-    "pretrained featurizer's embedding space: greedy k-center, no runtimes needed).",
+    help="How the K target matrices are chosen: seeded random; active (diverse in the "
+    "pretrained featurizer's embedding space: greedy k-center); or representative (where "
+    "the training matrices are dense: greedy k-medoids). No runtimes needed.",
 )
 @click.option("--from-scratch", is_flag=True, help="No pretrained weights (same architecture).")
 @click.option("--zero-shot", is_flag=True, help="No fine-tuning: score the pretrained model.")

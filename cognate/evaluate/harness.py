@@ -63,6 +63,13 @@ from cognate.util import atomic_path
 Log = Callable[[str], None]
 TL, NT, ZERO_SHOT = "TL", "NT", "zero-shot"
 TL_ACTIVE = "TL active"
+
+
+def picked_variant(selection: str) -> str:
+    """The variant of TL fine-tuned on matrices a non-random picker chose ("TL active")."""
+    return f"TL {selection}"
+
+
 TL_PORTFOLIO = "TL + portfolio"
 
 
@@ -480,7 +487,11 @@ def cells(preset: ExperimentPreset, n_train: int) -> list[Cell]:
     out = []
     for seed in preset.seeds:
         out += [Cell(v, k, seed) for k in ks for v in (TL, NT)]
-        out += [Cell(TL_ACTIVE, k, seed, (("select", "active"),)) for k in active]
+        out += [
+            Cell(picked_variant(name), k, seed, (("select", name),))
+            for name in preset.active_selections
+            for k in active
+        ]
         if preset.zero_shot:
             out.append(Cell(ZERO_SHOT, k_abl[-1], seed, (("zero_shot", True),)))
         out += [

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from cognate.evaluate.harness import NT, TL, TL_ACTIVE, TL_PORTFOLIO, ZERO_SHOT
+from cognate.evaluate.harness import NT, TL, TL_ACTIVE, TL_PORTFOLIO, ZERO_SHOT, picked_variant
 from cognate.evaluate.preset import ABLATIONS
 from cognate.evaluate.stats import Estimate, bootstrap_ci, mean_of_geomeans, mean_of_ratio
+from cognate.transfer.select import PICKERS
 
 # docs/architecture.md, Evaluation protocol: the COGNATE paper's own numbers (geomean speedup over the baseline config).
 PAPER = {
@@ -133,7 +134,10 @@ def active_answers(rows: list[dict[str, Any]], n_boot: int) -> list[str]:
     """Does TL with K actively chosen matrices reach TL with more random ones (paired)?"""
     lines = []
     randoms = sorted((r for r in rows if r["variant"] == TL), key=lambda r: r["k"])
-    for active in sorted((r for r in rows if r["variant"] == TL_ACTIVE), key=lambda r: r["k"]):
+    pickers = {picked_variant(name): name for name in PICKERS}
+    picked = [r for r in rows if r["variant"] in pickers]
+    for active in sorted(picked, key=lambda r: (r["variant"] != TL_ACTIVE, r["variant"], r["k"])):
+        name = pickers[active["variant"]]
         for random in [r for r in randoms if r["k"] >= active["k"]][:2]:
             if active["seeds"] != random["seeds"] or active["matrices"] != random["matrices"]:
                 continue  # not paired: no claim
@@ -141,7 +145,7 @@ def active_answers(rows: list[dict[str, Any]], n_boot: int) -> list[str]:
                 e = _paired(active, random, metric, n_boot)
                 verdict = "Yes" if e.low >= 1 else ("On the mean" if e.mean >= 1 else "No")
                 lines.append(
-                    f"Does TL-{active['k']}-active ({what}) reach TL-{random['k']}-random? "
+                    f"Does TL-{active['k']}-{name} ({what}) reach TL-{random['k']}-random? "
                     f"**{verdict}**: ratio {e.text()} (paired over seeds and test matrices)."
                 )
     return lines
@@ -299,7 +303,7 @@ def markdown_table(rows: list[dict[str, Any]], floor: Estimate | None) -> str:
 
 
 def ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rank = {TL: 0, TL_PORTFOLIO: 1, TL_ACTIVE: 1, NT: 2}
+    rank = {TL: 0, TL_PORTFOLIO: 1, NT: 2, **{picked_variant(name): 1 for name in PICKERS}}
     return sorted(rows, key=lambda r: (rank.get(r["variant"], 2), r["variant"], r["k"]))
 
 

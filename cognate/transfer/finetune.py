@@ -61,7 +61,7 @@ from cognate.transfer.autoencoder import (  # also registers kind "ae"
     transfer_settings,
 )
 from cognate.transfer.mapper import HOMOGENEOUS_DIM, MAPPERS, homogeneous_encoder
-from cognate.transfer.select import SELECTIONS, pick_k_center, pick_random
+from cognate.transfer.select import PICKERS, SELECTIONS, pick_random
 from cognate.util import atomic_path
 
 LATENTS: tuple[str, ...] = ("ae", "raw")
@@ -271,15 +271,16 @@ def _prepare(
     embed: Embeddings | None = None,
 ) -> _TargetData:
     """Split the target's matrices, pick the fine-tuning ones, encode every split.
-    ``embed``: the source model's embeddings, which ``select="active"`` picks by."""
+    ``embed``: the source model's embeddings, which the ``select`` pickers other than random use."""
     encoder = transfer_encoder(space, opts.mapper, opts.latent, opts.seed)
     train_keys, val_keys, test_keys = split_target(
         [r.key for r in runs], opts.val_fraction, opts.test_fraction, opts.split_seed
     )
-    if opts.select == "active":
+    if opts.select in PICKERS:
         train_set = set(train_keys)
         train_runs = list({r.key: r for r in runs if r.key in train_set}.values())
-        picked = pick_k_center(train_keys, opts.matrices, opts.seed, embed(train_runs))
+        picker = PICKERS[opts.select]
+        picked = picker(train_keys, opts.matrices, opts.seed, embed(train_runs))
     else:
         picked = pick_matrices(train_keys, opts.matrices, opts.seed)
     keys = {"train": train_keys, "validation": val_keys, "test": test_keys, "finetune": picked}

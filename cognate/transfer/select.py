@@ -6,18 +6,27 @@ by diversity in the pretrained featurizer's embedding space (greedy k-center: ea
 the training matrix farthest from those already picked), so K matrices cover the kinds of
 structure the target split holds instead of repeating one. It needs no target runtimes:
 only the matrices and the pretrained model, which is what a user has before simulating.
+
+``representative`` answers k-center's known weakness: the farthest matrix is often an
+outlier that teaches a ranking little about the rest. It adds, from the same seeded first
+pick, the matrix that most lowers the summed distance of every training matrix to its
+nearest pick (greedy facility location, the BUILD step of k-medoids), so picks sit where
+the training matrices are dense.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from cognate.errors import CognateError
 
-SELECTIONS: tuple[str, ...] = ("random", "active")
+if TYPE_CHECKING:  # the CLI reads SELECTIONS; importing torch for it would slow every command
+    import torch
+
+SELECTIONS: tuple[str, ...] = ("random", "active", "representative")
 
 
 def pick_random(train_keys: Sequence[str], k: int, seed: int) -> list[str]:
@@ -36,8 +45,7 @@ def pick_k_center(
     the first pick is drawn with ``seed`` so seeds give different (equally diverse) sets.
     """
     _check(train_keys, k)
-    points = np.stack([embeddings[key].detach().double().numpy().ravel() for key in train_keys])
-    points = (points - points.mean(axis=0)) / (points.std(axis=0) + 1e-12)
+    points = _standardised(train_keys, embeddings)
     first = int(np.random.default_rng(seed).integers(len(train_keys)))
     chosen = [first]
     distance = np.linalg.norm(points - points[first], axis=1)
@@ -47,6 +55,37 @@ def pick_k_center(
         chosen.append(pick)
         distance = np.minimum(distance, np.linalg.norm(points - points[pick], axis=1))
     return sorted(train_keys[i] for i in chosen)
+
+
+def pick_representative(
+    train_keys: Sequence[str], k: int, seed: int, embeddings: Mapping[str, torch.Tensor]
+) -> list[str]:
+    """Greedy facility location over standardised embeddings, from the seeded first pick
+    k-center uses (sorted): each pick most lowers the sum over the training matrices of the
+    distance to their nearest pick."""
+    _check(train_keys, k)
+    points = _standardised(train_keys, embeddings)
+    # n x n distances: a target training split holds hundreds of matrices, not millions
+    pairwise = np.linalg.norm(points[:, None, :] - points[None, :, :], axis=2)
+    first = int(np.random.default_rng(seed).integers(len(train_keys)))
+    chosen = [first]
+    nearest = pairwise[first].copy()
+    while len(chosen) < k:
+        cost = np.minimum(nearest[None, :], pairwise).sum(axis=1)
+        cost[chosen] = np.inf  # duplicates cost nothing more: never re-pick a chosen matrix
+        pick = int(np.argmin(cost))
+        chosen.append(pick)
+        nearest = np.minimum(nearest, pairwise[pick])
+    return sorted(train_keys[i] for i in chosen)
+
+
+PICKERS = {"active": pick_k_center, "representative": pick_representative}
+
+
+def _standardised(train_keys: Sequence[str], embeddings: Mapping[str, torch.Tensor]) -> np.ndarray:
+    """Per dimension to zero mean and unit spread, so no channel's scale decides distances."""
+    points = np.stack([embeddings[key].detach().double().numpy().ravel() for key in train_keys])
+    return (points - points.mean(axis=0)) / (points.std(axis=0) + 1e-12)
 
 
 def _check(train_keys: Sequence[str], k: int) -> None:
