@@ -62,14 +62,14 @@ from cognate.util import atomic_path
 
 Log = Callable[[str], None]
 TL, NT, ZERO_SHOT = "TL", "NT", "zero-shot"
-TL_ACTIVE = "TL active"
 
 
 def picked_variant(selection: str) -> str:
     """The variant of TL fine-tuned on matrices a non-random picker chose ("TL active")."""
-    return f"TL {selection}"
+    return f"{TL} {selection}"
 
 
+TL_ACTIVE = picked_variant("active")
 TL_PORTFOLIO = "TL + portfolio"
 
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from cognate.errors import CognateError
 from cognate.paths import configs_dir
 from cognate.targets import is_target, target_names
-from cognate.transfer.select import SELECTIONS
+from cognate.transfer.select import PICKERS
 from cognate.util import load_yaml
 
 OTHER_OP = "other-op"  # source: the target's own other op stands in for a source target
@@ -109,9 +109,10 @@ class ExperimentPreset(_Strict):
         unknown = set(self.ablations) - set(ABLATIONS)
         if unknown:
             raise ValueError(f"unknown ablations {sorted(unknown)}; expected {list(ABLATIONS)}")
-        pickers = [name for name in SELECTIONS if name != "random"]
-        if not self.active_selections or set(self.active_selections) - set(pickers):
-            raise ValueError(f"active_selections {self.active_selections}: expected of {pickers}")
+        if not self.active_selections or set(self.active_selections) - set(PICKERS):
+            raise ValueError(
+                f"active_selections {self.active_selections}: expected of {list(PICKERS)}"
+            )
         if min(self.ablation_matrices) < 1:
             raise ValueError("ablation_matrices must be positive")
         if len(set(self.seeds)) != len(self.seeds) or min(self.matrices) < 1:

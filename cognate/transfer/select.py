@@ -46,7 +46,7 @@ def pick_k_center(
     """
     _check(train_keys, k)
     points = _standardised(train_keys, embeddings)
-    first = int(np.random.default_rng(seed).integers(len(train_keys)))
+    first = _first_pick(len(train_keys), seed)
     chosen = [first]
     distance = np.linalg.norm(points - points[first], axis=1)
     while len(chosen) < k:
@@ -67,7 +67,7 @@ def pick_representative(
     points = _standardised(train_keys, embeddings)
     # n x n distances: a target training split holds hundreds of matrices, not millions
     pairwise = np.linalg.norm(points[:, None, :] - points[None, :, :], axis=2)
-    first = int(np.random.default_rng(seed).integers(len(train_keys)))
+    first = _first_pick(len(train_keys), seed)
     chosen = [first]
     nearest = pairwise[first].copy()
     while len(chosen) < k:
@@ -80,6 +80,11 @@ def pick_representative(
 
 
 PICKERS = {"active": pick_k_center, "representative": pick_representative}
+
+
+def _first_pick(n: int, seed: int) -> int:
+    """The seeded first pick both greedy pickers start from (so seeds give different sets)."""
+    return int(np.random.default_rng(seed).integers(n))
 
 
 def _standardised(train_keys: Sequence[str], embeddings: Mapping[str, torch.Tensor]) -> np.ndarray:
