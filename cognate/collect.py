@@ -52,6 +52,7 @@ from cognate.lifetime import (
     die_with_parent,
     exit_code_of,
     kill_all,
+    prepare_process_pool,
     start_reaper,
     stop_signals_deferred,
     stop_signals_raise,
@@ -149,6 +150,8 @@ class _Plan:
     baseline: Config
     todo: list[Config]
     repeat: set[str] = field(default_factory=set)  # config hashes to time again at the end
+    # repeat picks stored by an earlier, killed run before their repeat was taken
+    stored_repeats: list[Measurement] = field(default_factory=list)
     pending: int = 0  # chunks handed to workers and not yet written
     submitted: bool = False  # every chunk handed out
     failed: bool = False
@@ -303,7 +306,7 @@ class _Collection:
             except CognateError as exc:
                 self.fail(path, str(exc))
                 continue
-            if not plan.todo:
+            if not plan.todo and not plan.stored_repeats:
                 self.finish(plan)
                 continue
             self.config_total += len(plan.todo)
@@ -311,9 +314,10 @@ class _Collection:
             yield plan
 
     def _plan(self, path: Path) -> _Plan:
-        from cognate.io import load_matrix  # imported where needed (it pulls in scipy readers)
+        from cognate.io import check_collect, load_matrix  # here: it pulls in scipy readers
 
         matrix = load_matrix(path)
+        check_collect(matrix, self.target.name, self.width)  # before anything is allocated
         baseline, configs = choose_configs(self.space, matrix, **self.choose)
         host = "*" if self.any_host else self.host
         stored = self.store.resume_state(matrix, self.target.name, self.op, self.width, host)
@@ -321,16 +325,31 @@ class _Collection:
             c for c in configs if c.hash != baseline.hash and self.retry.wants(stored.get(c.hash))
         ]
         self.summary.retried += sum(c.hash in stored for c in todo)
-        # Re-time the baseline in every batch that measures anything.
-        if todo or self.retry.wants(stored.get(baseline.hash)):
+        # Re-time the baseline in every batch that measures anything, where timings are
+        # wall clock; a simulator's stored baseline would come out the same (a resume of a
+        # spade collection re-simulated it, counting one more attempt each time).
+        if (todo and self.target.exclusive) or self.retry.wants(stored.get(baseline.hash)):
             todo.insert(0, baseline)
         self.summary.skipped += len(configs) - len(todo)
         plan = _Plan(path, matrix, baseline, todo)
         if self.target.exclusive:  # wall-clock timings: how reproducible are they?
             # Picked from the matrix's whole set: the same pairs on every run; those
-            # measured in this run are timed again.
+            # measured in this run are timed again, and so are those an earlier run
+            # measured but was stopped before it timed them again.
             plan.repeat = repeat_picks(self.choose["seed"], matrix, configs)
+            plan.stored_repeats = self._stored_repeats(plan, configs)
         return plan
+
+    def _stored_repeats(self, plan: _Plan, configs: Sequence[Config]) -> list[Measurement]:
+        if self.any_host:  # on Ray no repeats are taken
+            return []
+        todo = {c.hash for c in plan.todo}
+        first = self.store.unrepeated(plan.matrix, self.target.name, self.op, self.width, self.host)
+        return [
+            Measurement(c, "ok", runtime_s=first[c.hash])
+            for c in configs
+            if c.hash in plan.repeat and c.hash in first and c.hash not in todo
+        ]
 
     def write(
         self,
@@ -404,7 +423,7 @@ def _run_sequential(coll: _Collection, plans: Iterator[_Plan], runner: Runner, b
     """Exclusive targets, one chunk at a time, each timed under the machine-wide timing
     lock with the load read before and after; then the matrix's repeat picks again."""
     for plan in plans:
-        first: dict[str, Measurement] = {}
+        first = {m.config.hash: m for m in plan.stored_repeats}
         for chunk in _chunks(plan.todo, batch):
             timed = _timed(coll, plan, runner, chunk)
             if timed is None:
@@ -493,6 +512,7 @@ def _new_pool(
     target: targets.Target, runner_options: dict[str, Any], jobs: int
 ) -> ProcessPoolExecutor:
     # spawn, not fork: the driver has threads (progress bar, SQLite) by now.
+    prepare_process_pool()  # its semaphores named and cleaned up, its tracker deaf to SIGHUP
     return ProcessPoolExecutor(
         max_workers=jobs,
         mp_context=multiprocessing.get_context("spawn"),
@@ -565,6 +585,10 @@ def _drain(
             check_batch(chunk, measurements)
         except Exception as exc:  # noqa: BLE001 - one matrix's failure, reported by name
             broken |= isinstance(exc, BrokenProcessPool)
+            if broken and not rebuild:
+                # Stopping: a group signal also reaches a worker still starting (before its
+                # initializer ignores signals). Its matrix stays unfinished for the resume.
+                continue
             coll.fail(plan.path, f"worker failed: {describe(exc)}", plan)
         else:
             if not plan.failed:
@@ -600,11 +624,11 @@ def _ray_connect(address: str) -> tuple[Any] | None:
     """Connect to (or start, for ``local``) a Ray cluster. Returns None when the caller
     already had Ray running, else a one-tuple holding the reaper of a local cluster we
     started (or None): it kills the cluster's processes should this one be killed."""
+    _check_reachable(address)  # before importing Ray: a second or two saved on a typo
     import ray
 
     if ray.is_initialized():
         return None
-    _check_reachable(address)
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
     reaper = None
     try:
@@ -633,15 +657,31 @@ def _ray_shutdown(reaper: Any) -> None:
         kill_all(cluster)
 
 
-def _check_reachable(address: str) -> None:
-    """Fail fast on a HOST:PORT nobody listens at: Ray itself retries for minutes."""
+# A gRPC server (Ray's GCS is one) answers the HTTP/2 client preface with a SETTINGS frame
+# (RFC 9113, 3.4): 9 bytes of frame header whose type byte (index 3) is 4.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+RAY_PROBE_TIMEOUT_S = 3.0
+
+
+def _check_reachable(address: str, timeout_s: float = RAY_PROBE_TIMEOUT_S) -> None:
+    """Fail fast on a HOST:PORT where no Ray cluster answers: Ray itself retries for
+    minutes, printing a warning every few seconds. Nothing listening, no answer within
+    ``timeout_s``, or an answer that is not gRPC's (HTTP/2) is one line."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or "://" in address:
         return  # 'auto', 'local', ray:// client addresses: Ray answers quickly itself
     try:
-        socket.create_connection((host, int(port)), timeout=5).close()
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s) as conn:
+            conn.settimeout(timeout_s)
+            conn.sendall(_HTTP2_PREFACE)
+            head = b""
+            while len(head) < 9 and (chunk := conn.recv(9 - len(head))):
+                head += chunk
     except OSError as exc:
-        raise CognateError(f"ray: nothing answers at {address} ({exc.strerror or exc})") from exc
+        reason = exc.strerror or str(exc) or type(exc).__name__
+        raise CognateError(f"ray: nothing answers at {address} ({reason})") from None
+    if len(head) < 9 or head[3] != 4:
+        raise CognateError(f"ray: what answers at {address} is not a Ray cluster (no gRPC)")
 
 
 def _ray_slots(exclusive: bool) -> list[dict[str, Any]]:
@@ -748,6 +788,13 @@ def _check_numbers(width: int, n_configs: int, jobs: int | None, batch: int) -> 
             raise CognateError(f"--{name} must be at least 1, got {value}")
     if jobs is not None and jobs < 1:
         raise CognateError(f"--jobs must be at least 1, got {jobs}")
+    if jobs is not None and jobs > max_jobs():
+        # each worker is a Python process with its own copy of a matrix: past a few per
+        # core they only add memory and start-up time
+        raise CognateError(
+            f"--jobs {jobs} is more than {max_jobs()} ({JOBS_PER_CORE} per core on the "
+            f"{_cores()} cores here)"
+        )
 
 
 def _check_width(target: targets.Target, width: int) -> None:
@@ -860,6 +907,14 @@ def collect(
             if ray_started:
                 _ray_shutdown(*ray_started)
     return coll.summary
+
+
+JOBS_PER_CORE = 4
+
+
+def max_jobs() -> int:
+    """The most local worker processes ``--jobs`` may ask for."""
+    return JOBS_PER_CORE * _cores()
 
 
 def _cores() -> int:

@@ -20,6 +20,12 @@ Policies:
   clipped to +-3.4e38 and NaN becomes an explicit 0 (temp.mtx stores values up to 4.8e38;
   kernels must be checkable against a reference, which inf and NaN would prevent).
 - Explicitly stored zeros are kept; duplicate entries are summed (``canonicalize``).
+- Numbers are read strictly: an entry line holds exactly the numbers its field needs, each
+  in its decimal form (no ``0x10``, ``5abc``, ``1.5`` in an integer file, nor a fourth
+  number on a real line); an .npz's index arrays must hold integers (``_EntryChecker``).
+- A declared shape is priced before anything is allocated (``check_budget``): reading,
+  and again featurizing, tuning and collecting, each at its measured cost per row, column
+  and entry, against ``$COGNATE_MAX_MEMORY`` (``memory_budget``).
 Every problem with a file becomes ``InputError(path, problem)``: one line, no traceback.
 """
 
@@ -27,13 +33,15 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
 import os
+import re
 import tarfile
 import zipfile
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path, PurePosixPath
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import fast_matrix_market as fmm
 import numpy as np
@@ -44,10 +52,13 @@ from cognate.matrix import Matrix, canonicalize, check_permutation
 
 INT32_MAX = 2**31 - 1
 MATRIX_SUFFIXES: tuple[str, ...] = (".mtx.gz", ".tar.gz", ".tgz", ".mtx", ".npz", ".csr")
-# Bytes of memory one declared entry may cost while reading, expanding and canonicalizing
-# (coordinates, values, mirrored copy, CSR conversion): a generous upper estimate.
+# What loading a matrix and computing `data info`'s statistics costs (peak RSS over the
+# interpreter's start-up, measured with /usr/bin/time -v on files declaring huge shapes,
+# docs/reliability.md, matrix inputs): per entry ~48 bytes (parse, mirror, CSR), per row ~31 (CSR indptr,
+# row lengths, their float64 statistics), per column ~0; priced with a margin.
 _BYTES_PER_ENTRY = 64
-_BYTES_PER_DIM = 16  # per declared row / column: int64 index arrays, twice
+_BYTES_PER_ROW = 40
+_BYTES_PER_COL = 8
 MEMORY_ENV = "COGNATE_MAX_MEMORY"
 _HEAD_BYTES = 1 << 20  # the Matrix Market header (banner, comments, size line) must fit here
 # Bytes one entry line may take: two int32 indices and two 17-digit complex parts fit in ~75.
@@ -90,6 +101,7 @@ def _matrix_suffix(name: str) -> str | None:
 def load_matrix(path: str | Path) -> Matrix:
     """Read a matrix file into canonical form; any problem raises ``InputError``."""
     path = Path(path)
+    memory_budget()  # a bad COGNATE_MAX_MEMORY is reported as such, before any file problem
     suffix = _matrix_suffix(path.name)
     if suffix is None:
         raise InputError(
@@ -153,15 +165,80 @@ def _check_dims(path: Path, rows: int, cols: int, entries: int) -> None:
         raise InputError(path, f"dimensions {rows} x {cols} exceed the int32 limit {INT32_MAX}")
     if entries > INT32_MAX:
         raise InputError(path, f"{entries} entries exceed the int32 limit {INT32_MAX}")
-    # Entries cost _BYTES_PER_ENTRY each; each row and column costs index arrays (CSR
-    # indptr, CSC/transposes while canonicalising, row-length stats): 2e9 x 2e9 with one
-    # entry would otherwise allocate tens of GB before anything else fails.
-    needed = entries * _BYTES_PER_ENTRY + (rows + cols + 2) * _BYTES_PER_DIM
+    # 2e9 x 2e9 with one entry would otherwise allocate tens of GB before anything fails.
+    cost = Cost(per_row=_BYTES_PER_ROW, per_col=_BYTES_PER_COL, per_entry=_BYTES_PER_ENTRY)
+    check_budget(path, "reading", rows, cols, entries, cost, counted="declared nnz")
+
+
+class Cost(NamedTuple):
+    """Measured peak bytes (over the interpreter's start-up) a piece of work on a matrix
+    costs per row, per column and per stored entry."""
+
+    per_row: float = 0.0
+    per_col: float = 0.0
+    per_entry: float = 0.0
+
+    def bytes(self, rows: int, cols: int, entries: int) -> int:
+        return int(rows * self.per_row + cols * self.per_col + entries * self.per_entry)
+
+
+# Measured per path (docs/reliability.md, matrix inputs): the whole command's peak RSS
+# slope on files declaring 1e6..2e7 rows / columns and 5e5..2e6 entries, with a margin.
+# cpu's tune packs the top picks (an array per row); collecting times kernels against
+# dense operands and a float64 reference, per row and column `width` values several times.
+TUNE_COSTS = {"cpu": Cost(128, 16, 256)}
+TUNE_COST = Cost(48, 16, 64)  # spade, gpu: the model's ranking (the featurizer checks itself)
+COLLECT_COST = Cost(32, 16, 96)  # spade: tiles streamed from the canonical CSR
+
+
+def collect_cost(target: str, width: int) -> Cost:
+    """The measured cost of collecting on ``target`` with dense width ``width``."""
+    if target == "spade":
+        return COLLECT_COST
+    # cpu (gpu alike, unmeasured): B / C / X / Y, their float64 reference and tolerance,
+    # the checked result; the packed formats (up to 20 x nnz entries per array).
+    return Cost(32 * width + 64, 24 * width + 16, 400)
+
+
+def tune_cost(target: str, width: int, verify: bool) -> Cost:
+    """The measured cost of ranking on ``target`` (the featurizer checks itself), and with
+    ``verify`` of timing the picks as collecting does."""
+    cost = TUNE_COSTS.get(target, TUNE_COST)
+    if not verify:
+        return cost
+    return Cost(*(max(a, b) for a, b in zip(cost, collect_cost(target, width), strict=True)))
+
+
+def check_work(matrix: Matrix, what: str, cost: Cost) -> None:
+    """Refuse ``what`` (a command, e.g. 'collect --target cpu') on ``matrix`` before it
+    allocates anything, when its measured ``cost`` is over the memory budget."""
+    rows, cols = matrix.shape
+    check_budget(matrix.source or matrix.name, f"{what} on", rows, cols, matrix.nnz, cost)
+
+
+def check_collect(matrix: Matrix, target: str, width: int) -> None:
+    """Refuse collecting on ``target`` (dense width ``width``) for ``matrix`` when its
+    measured cost is over the memory budget."""
+    check_work(matrix, f"collect --target {target}", collect_cost(target, width))
+
+
+def check_budget(
+    where: str | Path,
+    what: str,
+    rows: int,
+    cols: int,
+    entries: int,
+    cost: Cost,
+    counted: str = "nnz",
+) -> None:
+    """``InputError`` naming ``where`` when ``what`` on a rows x cols matrix with ``entries``
+    entries needs more than the memory budget at ``cost``."""
+    needed = cost.bytes(rows, cols, entries)
     budget = memory_budget()
     if needed > budget:
         raise InputError(
-            path,
-            f"{rows} x {cols} with {entries} declared entries need about "
+            where,
+            f"{what} a {rows} x {cols} matrix with {counted} {entries} needs about "
             f"{_gib(needed)} GiB, over the memory budget of {_gib(budget)} GiB "
             f"({MEMORY_ENV} to change)",
         )
@@ -173,7 +250,10 @@ def _gib(n: int) -> str:
 
 def memory_budget() -> int:
     """Bytes one matrix may take while loading: ``$COGNATE_MAX_MEMORY`` (bytes, or with a
-    K/M/G/T suffix), else half of physical RAM (the other half for the work done on it)."""
+    K/M/G/T suffix), else half of physical RAM (the other half for the work done on it).
+
+    A setting that is not a positive finite size (``inf``, ``nan``, ``lots``) is a
+    ``CognateError`` that names the variable, never the matrix."""
     raw = os.environ.get(MEMORY_ENV, "").strip()
     if not raw:
         return physical_memory() // 2
@@ -182,7 +262,7 @@ def memory_budget() -> int:
     number = raw[:-1] if raw[-1].upper() in units else raw
     try:
         value = int(float(number) * scale)
-    except ValueError:
+    except (ValueError, OverflowError):  # OverflowError: inf
         value = 0
     if value <= 0:
         raise CognateError(f"{MEMORY_ENV}={raw!r}: expected a positive size like 8G")
@@ -220,7 +300,8 @@ def _read_mtx_stream(
     """
     head = stream.read(_HEAD_BYTES)
     header = _mm_header(path, head, plain_size)
-    body = _BoundedBody(path, head, stream, int(header.nnz))
+    checker = _EntryChecker(head, header.format, header.field)
+    body = _BoundedBody(path, head, stream, int(header.nnz), checker)
     try:
         (values, (row_idx, col_idx)), _ = _mm_call(
             fmm.read_coo, io.BufferedReader(body, _CHUNK_BYTES), generalize_symmetry=False
@@ -256,9 +337,11 @@ class _BoundedBody(io.RawIOBase):
     ``raise_refusal`` then names it (before any other complaint about the short body).
     """
 
-    def __init__(self, path: Path, head: bytes, stream: IO[bytes], entries: int) -> None:
+    def __init__(
+        self, path: Path, head: bytes, stream: IO[bytes], entries: int, checker: _EntryChecker
+    ) -> None:
         super().__init__()
-        self.path, self.stream, self.pending = path, stream, head
+        self.path, self.stream, self.pending, self.checker = path, stream, head, checker
         self.limit = min(entries * _MAX_LINE_BYTES + _HEAD_BYTES, memory_budget() // 2)
         self.entries, self.size = entries, 0
         self.refusal: str | None = None
@@ -285,12 +368,221 @@ class _BoundedBody(io.RawIOBase):
         if len(data) > len(view):  # the head may be longer than the parser's buffer
             data, self.pending = data[: len(view)], data[len(view) :]
             self.size -= len(self.pending)
+        # The parser reads numbers leniently ('5abc' as 5): every entry line is checked too.
+        self.refusal = self.checker.feed(data) if data else self.checker.finish()
+        if self.refusal is not None:
+            return 0
         view[: len(data)] = data
         return len(data)
 
     def raise_refusal(self) -> None:
         if self.refusal is not None:
             raise InputError(self.path, self.refusal)
+
+
+# Strict forms of the numbers on an entry line (C's strtod/strtol syntax, decimal only).
+_INDEX_TOKEN = re.compile(rb"[0-9]+")
+_INTEGER_TOKEN = re.compile(rb"[+-]?[0-9]+")
+_REAL_TOKEN = re.compile(
+    rb"[+-]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?|inf|infinity|nan)", re.I
+)
+_VALUES_PER_ENTRY = {"pattern": 0, "integer": 1, "real": 1, "complex": 2}
+_DIGITS = b"0123456789"
+_MAX_LINE = 1 << 20  # an entry line longer than this is not Matrix Market
+_PIECE_BYTES = 1 << 18  # 256 KiB
+
+
+class _EntryChecker:
+    """Checks that every entry line holds exactly the numbers its field needs, each in its
+    strict form: fast_matrix_market reads '0x10' as 0, '5abc' as 5, 1.5 in an integer file
+    as 1, and ignores extra numbers on a line.
+
+    Fed the text as the parser reads it (header first), the lines each chunk completes at a
+    time. A vectorised test (every byte mapped to its class by one ``bytes.translate``,
+    then numpy: allowed characters, numbers per line, where signs, points and exponents
+    stand) costs a few passes over the bytes; only a chunk that fails it (or holds letters:
+    inf, nan; or blank lines) is read again line by line, in pieces of ~1 MiB, which finds
+    the line and says what is wrong with it. The indices' own syntax and range, and a line
+    with too few numbers, the parser checks.
+    """
+
+    def __init__(self, head: bytes, layout: str, field: str) -> None:
+        self.skip, self.line = _header_extent(head)  # bytes and lines before the entries
+        self.field = field
+        self.indices = 2 if layout == "coordinate" else 0
+        self.expected = self.indices + _VALUES_PER_ENTRY[field]
+        self.classes = _class_table(field)
+        self.carry = b""
+        self.done = False
+
+    def feed(self, data: bytes) -> str | None:
+        """None, or what is wrong with the first bad line completed by ``data``."""
+        if self.skip:
+            data, self.skip = data[self.skip :], max(0, self.skip - len(data))
+        cut = data.rfind(b"\n") + 1
+        if not cut:
+            self.carry += data
+            if len(self.carry) > _MAX_LINE:
+                return f"Matrix Market line {self.line + 1} is longer than {_MAX_LINE} bytes"
+            return None
+        text = b"".join((self.carry, memoryview(data)[:cut]))  # one copy
+        self.carry = data[cut:]
+        return self._check(text)
+
+    def finish(self) -> str | None:
+        """At the end of the text: the last line, if it has no newline."""
+        if self.done:
+            return None
+        self.done = True
+        text, self.carry = self.carry, b""
+        return self._check(text)
+
+    def _check(self, text: bytes) -> str | None:
+        # In pieces of whole lines that fit the CPU's cache: the dozen passes of the
+        # vectorised test then cost little more than one.
+        for piece in _pieces(text, _PIECE_BYTES):
+            right, newlines = self._looks_right(piece)
+            if not right:
+                problem = self._find_problem(piece, self.line + 1)
+                if problem is not None:
+                    return problem
+            self.line += newlines
+        return None
+
+    def _looks_right(self, text: bytes) -> tuple[bool, int]:
+        """The vectorised test, and the number of newlines in ``text``: True means every
+        line is right; False, that some line may be wrong (or blank: allowed, but only
+        counted slowly)."""
+        c = np.empty(len(text) + 2, dtype=np.uint8)  # padded: every byte has two sides
+        c[0] = c[-1] = _C_SPACE
+        c[1:-1] = np.frombuffer(text.translate(self.classes), dtype=np.uint8)
+        newlines = int(np.count_nonzero(c == _C_NEWLINE))
+        if np.any(c == _C_OTHER):
+            return False, newlines  # other characters: letters of inf / nan, or wrong
+        space = c <= _C_SPACE
+        lines = newlines + (not text.endswith(b"\n"))
+        # A line with fewer numbers than its field needs fails the parser; so as many
+        # numbers as lines times the field's count means exactly that many on each line.
+        if np.count_nonzero(space[:-1] > space[1:]) != lines * self.expected:
+            return False, newlines
+        return self.field == "pattern" or _numbers_look_right(c, space), newlines
+
+    def _find_problem(self, text: bytes, first: int) -> str | None:
+        """The first bad line of ``text`` (its first line is number ``first``), slowly."""
+        strict = _INTEGER_TOKEN if self.field == "integer" else _REAL_TOKEN
+        for number, line in enumerate(text.split(b"\n"), first):
+            tokens = line.split()
+            if not tokens:
+                continue  # blank lines may appear anywhere
+            if len(tokens) != self.expected:
+                return (
+                    f"Matrix Market line {number}: {len(tokens)} numbers, an entry of a "
+                    f"{self.field} file has {self.expected}"
+                )
+            for position, token in enumerate(tokens):
+                index = position < self.indices
+                if not (_INDEX_TOKEN if index else strict).fullmatch(token):
+                    kind = "an index" if index else f"{_article(self.field)} {self.field} number"
+                    shown = token[:40].decode("ascii", "replace")
+                    return f"Matrix Market line {number}: {shown!r} is not {kind}"
+        return None
+
+
+# Byte classes of an entry line (``_class_table``): the spaces first, so that "c <= space"
+# finds them all.
+_C_NEWLINE, _C_SPACE, _C_DIGIT, _C_POINT, _C_EXP, _C_SIGN, _C_OTHER = range(7)
+
+
+def _class_table(field: str) -> bytes:
+    """A ``bytes.translate`` table from each byte to its class; a character the field
+    cannot hold (a point in an integer file, a sign in a pattern file) is 'other'."""
+    table = bytearray([_C_OTHER]) * 256
+    table[ord("\n")] = _C_NEWLINE
+    for byte in b" \t\r":
+        table[byte] = _C_SPACE
+    for byte in _DIGITS:
+        table[byte] = _C_DIGIT
+    if field != "pattern":
+        table[ord("+")] = table[ord("-")] = _C_SIGN
+    if field in ("real", "complex"):
+        table[ord(".")] = _C_POINT
+        table[ord("e")] = table[ord("E")] = _C_EXP
+    return bytes(table)
+
+
+def _pieces(text: bytes, size: int) -> Iterator[bytes]:
+    """``text`` (whole lines) in pieces of whole lines of about ``size`` bytes."""
+    start = 0
+    while start < len(text):
+        cut = text.find(b"\n", start + size) + 1 or len(text)
+        yield text[start:cut]
+        start = cut
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeiou" else "a"
+
+
+def _mark_table() -> np.ndarray:
+    """Whether a sign, point or exponent (the middle class) may stand between the classes
+    before and after it, indexed by ``(before * 7 + mark) * 7 + after``: a sign first or
+    after an exponent and before a digit (or a point, not after an exponent), a point next
+    to a digit, an exponent after a digit or point and before a digit or sign."""
+    table = np.zeros(7 * 7 * 7, dtype=bool)
+    spaces = (_C_NEWLINE, _C_SPACE)
+    for before, mark, after in itertools.product(range(7), repeat=3):
+        if mark == _C_SIGN:
+            ok = (before in spaces and after in (_C_DIGIT, _C_POINT)) or (
+                before == _C_EXP and after == _C_DIGIT
+            )
+        elif mark == _C_POINT:
+            ok = _C_DIGIT in (before, after)
+        else:
+            ok = before in (_C_DIGIT, _C_POINT) and after in (_C_DIGIT, _C_SIGN)
+        table[(before * 7 + mark) * 7 + after] = ok
+    return table
+
+
+def _numbers_look_right(c: np.ndarray, space: np.ndarray) -> bool:
+    """Signs, decimal points and exponents in their places (``c``: the padded byte
+    classes of a text, ``space``: where it has spaces): each between the right neighbours
+    (``_mark_table``), at most one point and one exponent per number, the point first.
+    Only the marks and their neighbours are read."""
+    at = np.flatnonzero((c - np.uint8(_C_POINT)) <= _C_SIGN - _C_POINT)  # points, exps, signs
+    if not at.size:
+        return True
+    kind = c[at]
+    code = (c[at - 1].astype(np.intp) * 7 + kind) * 7 + c[at + 1]
+    if not _MARK_OK[code].all():
+        return False
+    # Two marks in one number: with the digits taken out they stand side by side (or with
+    # the exponent's sign between), and only a point then an exponent is allowed.
+    if np.count_nonzero(kind != _C_SIGN) < 2:
+        return True
+    rest = c[c != _C_DIGIT]
+    point, exp, sign = rest == _C_POINT, rest == _C_EXP, rest == _C_SIGN
+    second = (point | exp)[1:]
+    bad = (point[:-1] & point[1:]) | (exp[:-1] & second)
+    bad[1:] |= exp[:-2] & sign[1:-1] & second[1:]
+    return not bad.any()
+
+
+_MARK_OK = _mark_table()
+
+
+def _header_extent(head: bytes) -> tuple[int, int]:
+    """Bytes and lines of the banner, comments and size line at the start of ``head``."""
+    offset, lines, banner = 0, 0, True
+    while offset < len(head):
+        end = head.find(b"\n", offset)
+        end = len(head) if end < 0 else end + 1
+        line = head[offset:end].strip()
+        offset, lines = end, lines + 1
+        if banner:
+            banner = False
+        elif line and not line.startswith(b"%"):
+            break  # the size line
+    return offset, lines
 
 
 def _mm_header(path: Path, head: bytes, plain_size: int | None) -> Any:
@@ -417,6 +709,7 @@ def _read_npz(path: Path) -> tuple[sp.csr_matrix, str, str]:
             f"arrays unpack to {_gib(unpacked)} GiB, over the memory budget of "
             f"{_gib(memory_budget())} GiB ({MEMORY_ENV} to change)",
         )
+    _check_npz_index_types(path)
     matrix = sp.load_npz(path)  # allow_pickle=False inside: no code runs from the file
     rows, cols = (int(n) for n in matrix.shape)
     _check_dims(path, rows, cols, int(matrix.nnz))
@@ -433,6 +726,30 @@ def _read_npz(path: Path) -> tuple[sp.csr_matrix, str, str]:
     if field == "pattern":
         csr.data[:] = 1.0
     return csr, field, "general"
+
+
+# Arrays of a scipy .npz that hold indices or sizes: load_npz casts floats to integers.
+_NPZ_INDEX_ARRAYS = ("shape", "indices", "indptr", "row", "col", "offsets")
+
+
+def _check_npz_index_types(path: Path) -> None:
+    """Refuse index arrays that do not hold integers, reading only the array headers."""
+    with zipfile.ZipFile(path) as archive:
+        for name in _NPZ_INDEX_ARRAYS:
+            if f"{name}.npy" not in archive.namelist():
+                continue
+            with archive.open(f"{name}.npy") as member:
+                dtype = _npy_dtype(member)
+            if not np.issubdtype(dtype, np.integer):
+                raise InputError(path, f"array {name!r} holds {dtype} values, not integers")
+
+
+def _npy_dtype(stream: IO[bytes]) -> np.dtype:
+    """The dtype in a .npy header (format 1.0 or 2.0; 3.0 is 2.0 with UTF-8 names)."""
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(stream)[2]
+    return np.lib.format.read_array_header_2_0(stream)[2]
 
 
 def _read_npz_maps(path: Path, shape: tuple[int, int]) -> dict[str, np.ndarray]:

@@ -121,6 +121,75 @@ def stop_signals_deferred() -> Iterator[None]:
         raise Stopped(caught[0])
 
 
+# --- process pools: multiprocessing's semaphores and resource tracker -------------------------
+#
+# A spawn-context pool names its semaphores in /dev/shm (sem.mp-<random>) and starts
+# multiprocessing's resource tracker, a helper process that unlinks them when the pool's
+# owner dies. Two gaps: the tracker ignores SIGINT and SIGTERM but not SIGHUP, so a hangup
+# of the process group killed it and its restarted successor printed a KeyError traceback
+# for every semaphore it had never seen; and a SIGKILL of the whole group kills the tracker
+# too, leaving the semaphores behind. So pools are prepared here: the tracker is started
+# with SIGHUP ignored, and the semaphores are named after their owner (pid and start time),
+# so that the next start removes those whose owner is dead.
+
+SHM_DIR = Path("/dev/shm")
+SEM_PREFIX = "mp-cognate-"  # the name in /dev/shm is "sem." + this + "<pid>.<start>-<random>"
+
+
+def prepare_process_pool() -> None:
+    """Call before starting a multiprocessing pool in this process (main thread)."""
+    clean_stale_semaphores()
+    name_semaphores()
+    start_resource_tracker()
+
+
+def name_semaphores() -> None:
+    """This process's multiprocessing semaphores are named after it from now on."""
+    import multiprocessing
+
+    stat = proc_stat(os.getpid())
+    owner = f"{os.getpid()}.{stat.start if stat else 0}"
+    # multiprocessing.synchronize.SemLock._make_name reads this prefix ('/mp' by default);
+    # it is the documented-by-code hook, there is no public one.
+    multiprocessing.current_process()._config["semprefix"] = f"/{SEM_PREFIX}{owner}"
+
+
+def clean_stale_semaphores(shm: Path = SHM_DIR) -> list[Path]:
+    """Remove the semaphores of cognate processes that are gone (killed with their resource
+    tracker); returns what was removed. Others' semaphores are never touched."""
+    removed = []
+    for path in shm.glob(f"sem.{SEM_PREFIX}*"):
+        owner = path.name[len(f"sem.{SEM_PREFIX}") :].split("-", 1)[0]
+        pid, _, start = owner.partition(".")
+        if not (pid.isdigit() and start.isdigit()):
+            continue
+        stat = proc_stat(int(pid))
+        if stat is not None and stat.start == int(start):
+            continue  # its owner still runs
+        try:
+            path.unlink()
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (if not yet running) with SIGHUP ignored: an
+    ignored signal stays ignored across exec, and the tracker ignores SIGINT and SIGTERM
+    itself. A stop of the job is the driver's business (lifetime.Stopped), not the tracker's."""
+    from multiprocessing import resource_tracker
+
+    if threading.current_thread() is not threading.main_thread():
+        resource_tracker.ensure_running()
+        return
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, previous if previous is not None else signal.SIG_DFL)
+
+
 # --- process trees (Ray's local cluster) ------------------------------------------------------
 #
 # Ray's agents (dashboard, runtime-env) outlive a dead raylet by tens of seconds while they

@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.paths import configs_dir
+from cognate.util import MAX_YAML_BYTES, parse_yaml, read_bounded
 
 SpecT = TypeVar("SpecT", bound=BaseModel)
 
@@ -25,8 +25,8 @@ def load_space_yaml(name: str) -> tuple[dict[str, Any], str]:
     path = configs_dir() / f"{name}.yaml"
     if not path.is_file():
         raise CognateError(f"{path}: no such schedule space")
-    raw = path.read_bytes()
-    data = yaml.safe_load(raw)
+    raw = read_bounded(path, MAX_YAML_BYTES, "schedule space")
+    data = parse_yaml(raw, path, "schedule space")
     if not isinstance(data, dict):
         raise CognateError(f"{path}: a space file must be a YAML mapping")
     return data, hashlib.sha256(raw).hexdigest()[:12]

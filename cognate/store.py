@@ -18,6 +18,7 @@ it as it is):
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -268,6 +269,7 @@ class Store:
         conn.execute("PRAGMA foreign_keys = ON")
         if self.readonly:
             self.schema = self._readonly_version()
+            self._check_tables()
             return
         if conn.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
             raise sqlite3.DatabaseError("cannot switch the journal to WAL mode")
@@ -292,8 +294,33 @@ class Store:
                 conn.execute(
                     "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
                 )
+            self._check_tables()
             self._fold_simulator_hosts()
         self.schema = SCHEMA_VERSION
+
+    def _check_tables(self) -> None:
+        """Every table and column this schema version reads must be there: a damaged store
+        (a table or column dropped by hand or by another tool) is one line naming what is
+        missing, not a query failing later on."""
+        version = self._schema_version() or SCHEMA_VERSION
+        for table, columns in _expected_tables(version).items():
+            have = {row[1] for row in self._conn.execute(f"PRAGMA table_info({table})")}
+            if not have:
+                raise CognateError(f"{self.path}: damaged record store: no table {table!r}")
+            missing = [c for c in columns if c not in have]
+            if missing:
+                raise CognateError(
+                    f"{self.path}: damaged record store: table {table!r} has no column(s) "
+                    f"{', '.join(missing)}"
+                )
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """A read that fails inside SQLite (a corrupt page) is one line, not a traceback."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            raise CognateError(f"{self.path}: cannot read the record store ({exc})") from None
 
     def _too_new(self, version: int) -> CognateError:
         return CognateError(
@@ -498,7 +525,9 @@ class Store:
             query += " AND r.host = ?"
             params.append(host_for(target, host))
         state: dict[str, tuple[str, int]] = {}
-        for config_hash, status, attempts, error in self._conn.execute(query, params):
+        with self._reading():
+            rows = self._conn.execute(query, params).fetchall()
+        for config_hash, status, attempts, error in rows:
             if status == "error" and str(error or "").startswith(MISMATCH_PREFIX):
                 status = "mismatch"
             # Several hosts ("*"): a success anywhere counts; else the most attempts.
@@ -509,6 +538,23 @@ class Store:
             ):
                 state[config_hash] = (status, int(attempts))
         return state
+
+    def unrepeated(
+        self, matrix: Matrix, target: str, op: str, width: int, host: str | None = None
+    ) -> dict[str, float]:
+        """config hash -> runtime of this run's ok records on ``host`` that have no repeat
+        yet (a collector killed before the end of a matrix took none): what a resume must
+        still time again."""
+        if self.schema < 2:
+            return {}
+        query = """SELECT c.hash, r.runtime_s FROM measurements r
+               JOIN matrices m ON m.id = r.matrix_id JOIN configs c ON c.id = r.config_id
+               WHERE m.sha256 = ? AND r.target = ? AND r.op = ? AND r.width = ?
+                 AND r.host = ? AND r.status = 'ok' AND r.runtime_s > 0
+                 AND NOT EXISTS (SELECT 1 FROM repeats p WHERE p.measurement_id = r.id)"""
+        params = (matrix.sha256, target, op, int(width), host_for(target, host))
+        with self._reading():
+            return {h: float(t) for h, t in self._conn.execute(query, params).fetchall()}
 
     def measured_hashes(
         self, matrix: Matrix, target: str, op: str, width: int, host: str | None = None
@@ -522,6 +568,10 @@ class Store:
         noisy, time (the repeat's)."""
         if self.schema < 2:
             return pd.DataFrame()
+        with self._reading():
+            return self._repeats_frame()
+
+    def _repeats_frame(self) -> pd.DataFrame:
         return pd.read_sql_query(
             """SELECT m.name AS matrix, m.sha256 AS matrix_sha256, r.target, r.op, r.width,
                       c.hash AS config_hash, r.host, r.runtime_s AS first_s,
@@ -550,7 +600,8 @@ class Store:
         query += " WHERE " + " AND ".join(clauses) if clauses else ""
         query += " ORDER BY r.id"
         # One statement = one consistent WAL snapshot, even while a writer commits.
-        df = pd.read_sql_query(query, self._conn, params=params)
+        with self._reading():
+            df = pd.read_sql_query(query, self._conn, params=params)
         # Fixed dtypes, so an empty or all-null frame exports with the same schema.
         df = df.astype(_FRAME_DTYPES)
         df["time"] = pd.to_datetime(df["time"], utc=True, format="ISO8601")
@@ -558,6 +609,10 @@ class Store:
 
     def matrices(self) -> pd.DataFrame:
         """One row per stored matrix, with how many measurements it has."""
+        with self._reading():
+            return self._matrices_frame()
+
+    def _matrices_frame(self) -> pd.DataFrame:
         return pd.read_sql_query(
             """SELECT m.id, m.name, m.source, m.sha256, m.rows, m.cols, m.nnz,
                       count(r.id) AS measurements
@@ -699,6 +754,24 @@ WHERE r.matrix_id = (SELECT id FROM matrices WHERE sha256 = ?) AND r.target = ? 
   AND r.width = ? AND r.host = ? AND r.config_id = (SELECT id FROM configs WHERE hash = ?)
   AND r.time = ? AND NOT EXISTS (SELECT 1 FROM repeats p WHERE p.measurement_id = r.id)
 """
+
+
+@functools.cache
+def _expected_tables(version: int) -> dict[str, tuple[str, ...]]:
+    """table -> columns of a store of schema ``version`` (1 or 2), read off the schema this
+    module creates (an in-memory store), so the check can never drift from it."""
+    conn = sqlite3.connect(":memory:")
+    try:
+        for statement in filter(str.strip, _SCHEMA.split(";")):
+            conn.execute(statement)
+        if version >= 2:
+            for name, kind in _V2_COLUMNS:
+                conn.execute(f"ALTER TABLE measurements ADD COLUMN {name} {kind}")
+            conn.execute(_V2_REPEATS)
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+        return {t: tuple(row[1] for row in conn.execute(f"PRAGMA table_info({t})")) for t in tables}
+    finally:
+        conn.close()
 
 
 # What an import needs: the v1 columns (counters may be absent: a dataset may drop them;

@@ -63,17 +63,92 @@ def atomic_stream(path: str | Path, write: Callable[[IO[bytes]], Any], mode: int
     return Path(path)
 
 
-def load_yaml(path: str | Path, what: str = "YAML file") -> Any:
-    """The parsed YAML document at ``path`` (safe loader); a missing or malformed file is one
-    CognateError line naming the file."""
-    import yaml  # imported here: most commands never read YAML, and --help stays fast
+# YAML files cognate reads are small hand-written settings: a bound on their size, on the
+# nesting of their collections, and no aliases at all (none of configs/ uses one) keep a
+# hostile file (an alias "billion laughs", 50k nested brackets) from costing more than a
+# read of MAX_YAML_BYTES.
+MAX_YAML_BYTES = 1 << 20
+MAX_YAML_DEPTH = 64
 
+
+def _bounded_loader() -> type:
+    import yaml
+
+    class BoundedLoader(yaml.SafeLoader):
+        """yaml.SafeLoader that refuses aliases and collections nested past MAX_YAML_DEPTH
+        (the composer recurses once per level: deep nesting would be a RecursionError)."""
+
+        depth = 0
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.get_event()
+                raise yaml.composer.ComposerError(
+                    None, None, f"aliases (*{event.anchor}) are not allowed", event.start_mark
+                )
+            if self.depth >= MAX_YAML_DEPTH:
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    f"nested deeper than {MAX_YAML_DEPTH} levels",
+                    self.peek_event().start_mark,
+                )
+            self.depth += 1
+            try:
+                return super().compose_node(parent, index)
+            finally:
+                self.depth -= 1
+
+    return BoundedLoader
+
+
+def read_bounded(path: str | Path, limit: int, what: str) -> bytes:
+    """The bytes of ``path``; a missing file or one over ``limit`` bytes is one line."""
     path = Path(path)
     try:
-        text = path.read_text()
+        with path.open("rb") as f:
+            raw = f.read(limit + 1)
     except OSError as err:
         raise CognateError(f"{path}: cannot read {what}: {err.strerror or err}") from None
+    if len(raw) > limit:
+        raise CognateError(f"{path}: {what} is larger than {limit} bytes")
+    return raw
+
+
+def parse_yaml(raw: bytes, path: str | Path, what: str = "YAML file") -> Any:
+    """The YAML document in ``raw`` (read from ``path``), parsed with the bounds above;
+    binary data, bad UTF-8 and malformed or too deep YAML are one CognateError line."""
+    import yaml  # imported here: most commands never read YAML, and --help stays fast
+
+    if len(raw) > MAX_YAML_BYTES:
+        raise CognateError(f"{path}: {what} is larger than {MAX_YAML_BYTES} bytes")
+    if b"\0" in raw:
+        raise CognateError(f"{path}: {what} is binary data (NUL bytes), not YAML")
     try:
-        return yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise CognateError(f"{path}: {what} is not UTF-8 text (byte {err.start})") from None
+    try:
+        return yaml.load(text, Loader=_bounded_loader())  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as err:
-        raise CognateError(f"{path}: malformed {what}: {one_line(err, 300)}") from None
+        raise CognateError(f"{path}: malformed {what}: {_yaml_problem(err)}") from None
+    except RecursionError:  # a belt to the depth bound's braces
+        raise CognateError(f"{path}: malformed {what}: nested too deep") from None
+
+
+def _yaml_problem(err: Any) -> str:
+    """A YAML error as "problem (line L, column C)": PyYAML's own text quotes the source
+    under a "<unicode string>" name, over several lines."""
+    problem = getattr(err, "problem", None)
+    mark = getattr(err, "problem_mark", None)
+    if not problem:
+        return one_line(err, 300)
+    where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+    context = getattr(err, "context", None)
+    return one_line(f"{context + ': ' if context else ''}{problem}{where}", 300)
+
+
+def load_yaml(path: str | Path, what: str = "YAML file") -> Any:
+    """The parsed YAML document at ``path`` (safe, bounded: see ``parse_yaml``); a missing,
+    oversized or malformed file is one CognateError line naming the file."""
+    return parse_yaml(read_bounded(path, MAX_YAML_BYTES, what), path, what)

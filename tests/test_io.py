@@ -271,7 +271,7 @@ def test_cli_info_json_reports_every_shared_file(shared, suitesparse_files, waco
     assert folder.exit_code == 0 and "nemspmm1_16x4_0" in folder.output
 
 
-# --- permutation index maps (issue 10) ------------------------------------------------------
+# --- permutation index maps ------------------------------------------------------
 
 # The store keys on these: a matrix without index maps must hash exactly as before maps existed.
 PINNED_SHA256 = {
@@ -350,3 +350,93 @@ def test_bad_index_maps_are_one_line_errors(shared, tmp_path, row_perm, message)
     with pytest.raises(InputError, match=f"bad.npz.*row_perm.*{message}") as caught:
         load_matrix(path)
     assert "\n" not in str(caught.value)
+
+
+# --- strict numbers ---------------------------------------------------------------------
+
+_BANNER = "%%MatrixMarket matrix coordinate {} general\n"
+
+
+def _mtx(
+    tmp_path: Path, field: str, lines: list[str], name: str = "m.mtx", shape: str = "4 4"
+) -> Path:
+    path = tmp_path / name
+    entries = sum(bool(line.strip()) for line in lines)
+    path.write_text(_BANNER.format(field) + f"{shape} {entries}\n" + "".join(lines))
+    return path
+
+
+def test_strict_numbers_keep_every_valid_form(tmp_path):
+    lines = ["1 1 -1.5e-3\n", "1 2 5.\n", "2 2 .25\n", "\n", "3 3 1E+2  \r\n", "4 4 -0\n"]
+    lines += ["2 1 -inf\n", "1 3 NaN\n", "4 1\t7 \n"]
+    csr = load_matrix(_mtx(tmp_path, "real", lines)).csr
+    big = np.finfo(np.float32).max
+    expected = {(0, 0): -1.5e-3, (0, 1): 5.0, (1, 1): 0.25, (2, 2): 100.0, (3, 3): 0.0}
+    expected.update({(1, 0): -big, (0, 2): 0.0, (3, 0): 7.0})
+    for (i, j), value in expected.items():
+        assert csr[i, j] == np.float32(value), (i, j)
+    assert csr.nnz == len(expected)
+
+
+@pytest.mark.parametrize(
+    ("field", "line", "problem"),
+    [
+        ("real", "2 2 0x10", r"line 4: '0x10' is not a real number"),
+        ("real", "2 2 5abc", r"line 4: '5abc' is not a real number"),
+        ("real", "2 2 1-2", r"line 4: '1-2' is not a real number"),
+        ("real", "2 2 1.5.2", r"line 4: '1\.5\.2' is not a real number"),
+        ("real", "2 2 1e5e5", r"line 4: '1e5e5' is not a real number"),
+        ("real", "2 2 1e-5.5", r"line 4: '1e-5\.5' is not a real number"),
+        ("real", "2 2 1e", r"line 4: '1e' is not a real number"),
+        ("real", "2 2 .", r"line 4: '\.' is not a real number"),
+        ("integer", "2 2 1.5", r"line 4: '1\.5' is not an integer number"),
+        ("integer", "2 2 1e3", r"line 4: '1e3' is not an integer number"),
+        ("real", "2 2 1 2", r"line 4: 4 numbers, an entry of a real file has 3"),
+        ("pattern", "2 2 1", r"line 4: 3 numbers, an entry of a pattern file has 2"),
+        ("complex", "2 2 1 2 3", r"line 4: 5 numbers, an entry of a complex file has 4"),
+    ],
+)
+def test_strict_numbers_refuse_what_the_parser_would_misread(tmp_path, field, line, problem):
+    first = "1 1" + {"pattern": "", "complex": " 1 0"}.get(field, " 1") + "\n"
+    path = _mtx(tmp_path, field, [first, line + "\n"])
+    with pytest.raises(InputError, match=problem) as caught:
+        load_matrix(path)
+    assert str(path) in str(caught.value)
+
+
+def test_strict_numbers_name_the_line_deep_in_a_large_file(tmp_path):
+    """A bad value past the first megabytes (the vectorised check reads in pieces): the
+    line number is the file's."""
+    rows = [f"{i % 1000 + 1} {i // 1000 + 1} {i * 0.5:.6e}\n" for i in range(150_000)]
+    rows[123_456] = "457 124 3.0abc\n"  # the coordinates it had
+    path = _mtx(tmp_path, "real", rows, shape="1000 150")
+    with pytest.raises(InputError, match=r"Matrix Market line 123459: '3\.0abc'"):
+        load_matrix(path)
+    rows[123_456] = "457 124 3.0\n"
+    assert load_matrix(_mtx(tmp_path, "real", rows, "good.mtx", "1000 150")).nnz == 150_000
+
+
+def test_strict_numbers_agree_with_a_line_by_line_reading(tmp_path):
+    """Random numbers made of digits, signs, points and exponents: a file loads exactly
+    when every line is right by a plain line-by-line reading of the grammar."""
+    rng = np.random.default_rng(7)
+    real = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+    alphabet = list("0123456789.eE+-")
+    forms = ["{:.3e}", "{:.4f}", "{:.0f}", "{:.2E}", "{:g}", "{:.0f}."]
+
+    def value() -> str:
+        if rng.random() < 0.3:  # anything made of these characters
+            return "".join(rng.choice(alphabet, size=rng.integers(1, 6)))
+        return str(rng.choice(forms)).format(rng.normal() * 10.0 ** rng.integers(-5, 6))
+
+    for case in range(150):
+        values = [value() for _ in range(3)]
+        lines = [f"{k + 1} {k + 1} {v}\n" for k, v in enumerate(values)]
+        path = _mtx(tmp_path, "real", lines, f"case{case}.mtx")
+        right = all(real.fullmatch(v) and not v.startswith("+") for v in values)
+        try:
+            load_matrix(path)
+            loaded = True
+        except InputError:
+            loaded = False
+        assert loaded == right, values

@@ -144,12 +144,38 @@ runner.measure(matrix, "spmm", 16, [config])
 """
 
 
+def _cpu_ticks(pid: int) -> int:
+    """User + system clock ticks of ``pid`` (0 once it is gone)."""
+    try:
+        fields = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12])
+
+
+def _wait_for_spinning_worker(driver: int, timeout_s: float = 180) -> None:
+    """Return once a worker of ``driver``'s session burns CPU steadily (the hung kernel runs):
+    an event, not a sleep, since loading, packing and compiling take long under load."""
+    deadline = time.monotonic() + timeout_s
+    before: dict[int, int] = {}
+    busy = 0  # consecutive half-seconds in which the one worker burned CPU
+    while time.monotonic() < deadline:
+        now = {p: _cpu_ticks(p) for p in _session_processes(driver) if p != driver}
+        grew = len(now) == 1 and all(now[p] - before.get(p, now[p]) >= 3 for p in now)
+        busy = busy + 1 if grew and before.keys() == now.keys() else 0
+        if busy >= 4:
+            return
+        before = now
+        time.sleep(0.5)
+    raise AssertionError("the worker never entered the spinning kernel")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL], ids=["term", "kill"])
 def test_hung_cpu_kernel_dies_with_its_driver(bcsstk13: Path, sig: int) -> None:
     """The worker spins in C and never reads its socket: only dying with the parent works."""
     code = _HUNG_RUNNER.format(tests=str(Path(__file__).parent), matrix=str(bcsstk13))
     proc = _start([sys.executable, "-c", textwrap.dedent(code)], lambda: True, workers=1)
-    time.sleep(3)  # let the worker load, pack and enter the spinning kernel
+    _wait_for_spinning_worker(proc.pid)
     assert len(_session_processes(proc.pid)) == 2
     proc.send_signal(sig)
     proc.wait(timeout=30)
@@ -217,3 +243,71 @@ def test_a_hangup_ignored_by_nohup_stays_ignored() -> None:
             time.sleep(0.2)
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+# --- the process pool's resource tracker and semaphores ---------------------------------------
+
+
+def _own_semaphores(pid: int) -> list[Path]:
+    from cognate.lifetime import SEM_PREFIX, SHM_DIR
+
+    return sorted(SHM_DIR.glob(f"sem.{SEM_PREFIX}{pid}.*"))
+
+
+@pytest.mark.parametrize(
+    ("sig", "code"),
+    [(signal.SIGHUP, 129), (signal.SIGTERM, 143), (signal.SIGINT, 130)],
+    ids=["hup", "term", "int"],
+)
+def test_group_stop_signal_of_a_spade_pool_prints_no_traceback(
+    bcsstk13: Path, tmp_path: Path, sig: int, code: int
+) -> None:
+    """The whole process group gets the signal, as from a closed terminal or Ctrl-C: the
+    resource tracker must survive it (a SIGHUP killed it, and its successor printed a KeyError
+    traceback per semaphore) and the pool's semaphores must be gone afterwards."""
+    db = tmp_path / "r.db"
+    cmd = _collect_cmd(db, bcsstk13, "--target", "spade", "--all-configs", "--jobs", "2")
+    proc = _start(cmd, lambda: _count(db) >= 2, workers=2)
+    assert _own_semaphores(proc.pid), "the pool's semaphores carry cognate's name"
+    os.killpg(proc.pid, sig)
+    out, err = proc.communicate(timeout=60)
+    _assert_none_left(proc.pid)
+    assert proc.returncode == code, err
+    assert err == "", err  # not one line from the resource tracker
+    assert "interrupted" in out and f"collected {_count(db)} records" in out
+    assert not _own_semaphores(proc.pid)
+
+
+def test_semaphores_left_by_a_group_kill_go_at_the_next_start(
+    bcsstk13: Path, suitesparse_files: list[Path], tmp_path: Path
+) -> None:
+    """SIGKILL of the whole group kills the resource tracker too; the semaphores it would
+    have removed are recognised by their name and removed by the next collect's pool."""
+    db = tmp_path / "r.db"
+    cmd = _collect_cmd(db, bcsstk13, "--target", "spade", "--all-configs", "--jobs", "2")
+    proc = _start(cmd, lambda: _count(db) >= 2, workers=2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    _assert_none_left(proc.pid)
+    left = _own_semaphores(proc.pid)
+    assert left, "a group SIGKILL leaves the semaphores behind (what this test is about)"
+    small = next(p for p in suitesparse_files if p.name == "494_bus.mtx.gz")
+    again = _collect_cmd(tmp_path / "s.db", small, "--target", "spade", "--configs", "2")
+    done = subprocess.run([*again, "--jobs", "1"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert not [p for p in left if p.exists()]
+
+
+def test_only_dead_owners_semaphores_are_removed(tmp_path: Path) -> None:
+    from cognate.lifetime import SEM_PREFIX, clean_stale_semaphores, proc_stat
+
+    me = proc_stat(os.getpid())
+    assert me is not None
+    mine = tmp_path / f"sem.{SEM_PREFIX}{os.getpid()}.{me.start}-abc"
+    reused = tmp_path / f"sem.{SEM_PREFIX}{os.getpid()}.{me.start + 1}-abc"  # pid reused
+    dead = tmp_path / f"sem.{SEM_PREFIX}{2**22 + 1}.5-xyz"  # above Linux's pid_max
+    foreign = tmp_path / "sem.mp-abcdefgh"  # another program's: never touched
+    for path in (mine, reused, dead, foreign):
+        path.write_bytes(b"")
+    assert sorted(clean_stale_semaphores(tmp_path)) == sorted([reused, dead])
+    assert mine.exists() and foreign.exists()

@@ -496,3 +496,61 @@ def test_unusable_store_paths_are_one_line(
         err = capsys.readouterr().err.strip().splitlines()
         assert code == 1 and len(err) == 1, (args, err)
         assert str(db) in err[0] and "internal error" not in err[0], err
+
+
+DAMAGE = {
+    "dropped_column": (
+        "ALTER TABLE measurements DROP COLUMN runtime_s",
+        "damaged record store: table 'measurements' has no column(s) runtime_s",
+    ),
+    "dropped_table": ("DROP TABLE configs", "damaged record store: no table 'configs'"),
+    "dropped_repeats": ("DROP TABLE repeats", "damaged record store: no table 'repeats'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_damaged_store_says_what_is_missing(
+    tmp_path: Path, west: Matrix, shared: Path, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A table or column dropped by hand is one line naming it, for every command that opens
+    a store (before: `internal error: DatabaseError`, or KeyError 'runtime_s' in export)."""
+    db = tmp_path / "r.sqlite"
+    with Store(db) as store:
+        ok = [Measurement(c, "ok", 1.0, 0.0) for c in _spade_configs(2)]
+        store.record(west, "spade", "spmm", 16, ok, space_version="v1")
+    sql, needle = DAMAGE[case]
+    with sqlite3.connect(db) as conn:
+        conn.execute(sql)
+    matrix = str(shared / "matrices" / "suitesparse" / "494_bus.mtx.gz")
+    spade = ["--target", "spade", "--op", "spmm"]
+    commands = [
+        ["data", "export", "--db", str(db), "-o", str(tmp_path / "out.parquet")],
+        ["collect", *spade, "--configs", "2", "--db", str(db), matrix],
+        ["pretrain", "--db", str(db), *spade, "--epochs", "1", "-o", str(tmp_path / "m")],
+        ["tune", matrix, *spade, "--verify", "--db", str(db)],
+    ]
+    for args in commands if case == "dropped_column" else commands[:2]:
+        code = _cli_code(args)
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 1 and len(err) == 1, (args, err)
+        assert f"{db}: {needle}" in err[0] and "internal error" not in err[0], (args, err)
+    assert not (tmp_path / "out.parquet").exists() and not (tmp_path / "m").exists()
+
+
+def test_unrepeated_lists_ok_records_without_a_repeat(tmp_path: Path, west: Matrix) -> None:
+    c = _configs(3)
+    first = [
+        Measurement(c[0], "ok", 1e-3, 0.0),
+        Measurement(c[1], "ok", 2e-3, 0.0),
+        Measurement(c[2], "timeout", None, None, {}, "over 1 s"),
+    ]
+    with Store(tmp_path / "r.sqlite") as store:
+        store.record(west, "cpu", "spmm", 32, first, space_version="v1", host="h")
+        assert store.unrepeated(west, "cpu", "spmm", 32, host="h") == {
+            c[0].hash: 1e-3,
+            c[1].hash: 2e-3,
+        }
+        again = [Measurement(c[0], "ok", 1.1e-3, 0.0)]
+        store.record(west, "cpu", "spmm", 32, again, space_version="v1", host="h", repeat=True)
+        assert store.unrepeated(west, "cpu", "spmm", 32, host="h") == {c[1].hash: 2e-3}
+        assert store.unrepeated(west, "cpu", "spmm", 32, host="other") == {}

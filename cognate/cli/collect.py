@@ -31,7 +31,12 @@ from cognate.collect import DEFAULT_CONFIGS, DEFAULT_RETRIES, DEFAULT_WIDTH, col
     metavar="ADDRESS",
     help="Run on Ray: 'auto', 'local' (start a local cluster) or a cluster address.",
 )
-@click.option("--jobs", type=int, default=None, help="Local processes (non-exclusive targets).")
+@click.option(
+    "--jobs",
+    type=int,
+    default=None,
+    help="Local processes (non-exclusive targets; at most 4 per core).",
+)
 @click.option("--timeout", "timeout_s", type=float, default=None, help="Per-config limit, s.")
 @click.option("--repeats", type=int, default=None, help="Timed repeats per config.")
 @click.option(

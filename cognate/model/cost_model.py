@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,9 +34,24 @@ if TYPE_CHECKING:
     from cognate.model.train import MatrixRuns
 
 RANDOM_MODEL_FORMAT = "cognate-random-model"
-# Modules that register extra config encoders (e.g. the transfer autoencoder "ae") on import;
-# a checkpoint naming such an encoder loads only after its module has been imported.
-ENCODER_PLUGIN_MODULES: tuple[str, ...] = ("cognate.transfer.autoencoder",)
+# Modules that register extras on import: config encoders (the transfer autoencoder "ae")
+# and checkpoint loaders (a fine-tuned model's, for metadata section "transfer"). A
+# checkpoint that needs one loads only after its module has been imported; this module
+# names them and never imports them by code, so the model package does not depend on them.
+PLUGIN_MODULES: tuple[str, ...] = ("cognate.transfer.autoencoder", "cognate.transfer.finetune")
+
+# A checkpoint loader: (path, space) -> (network, encoder, validated metadata).
+CheckpointLoader = Callable[[Path, Space], "tuple[RankingNetwork, ConfigEncoder, dict[str, Any]]"]
+# Metadata section -> the loader of the checkpoints that have it (see register_loader).
+_LOADERS: dict[str, CheckpointLoader] = {}
+# Sections only a plugin can load: without its loader such a file must not load as plain.
+PLUGIN_SECTIONS: tuple[str, ...] = ("transfer",)
+
+
+def register_loader(section: str, loader: CheckpointLoader) -> None:
+    """Load checkpoints whose metadata has ``section`` with ``loader`` (a plugin's own kind
+    of model, as ``register_target_encoder`` adds a kind of encoder)."""
+    _LOADERS[section] = loader
 
 
 class CostModel(ABC):
@@ -52,8 +67,14 @@ class CostModel(ABC):
         checkpoint, pretrained or fine-tuned (both carry their kind in their metadata)."""
         path = Path(path).expanduser()
         if _is_random_model_file(path):
-            return RandomModel.load_file(path, space)
-        return LearnedModel.load_file(path, space)
+            model: CostModel = RandomModel.load_file(path, space)
+        else:
+            model = LearnedModel.load_file(path, space)
+        try:  # a portfolio's knobs are checked now, not when a search first ranks
+            _ = model.portfolio
+        except CognateError as err:
+            raise CognateError(f"{path}: portfolio: {err}") from None
+        return model
 
     @abstractmethod
     def save(self, path: str | Path) -> Path:
@@ -134,19 +155,17 @@ class LearnedModel(CostModel):
 
     @classmethod
     def load_file(cls, path: Path, space: Space) -> LearnedModel:
-        from cognate.model.train import read_metadata
+        from cognate.model.train import load_checkpoint, read_metadata
 
         meta = read_metadata(path)
         _check_for_space(path, meta, space)
-        if "transfer" in meta:  # fine-tuned: the encoder is rebuilt from its transfer options
-            from cognate.transfer.finetune import load_transfer_model
-
-            network, encoder, meta = load_transfer_model(path, space)
-        else:
-            from cognate.model.train import load_checkpoint
-
-            _import_encoder_plugins()
-            network, encoder, meta = load_checkpoint(path, space)
+        _import_plugins()
+        # fine-tuned: the encoder is rebuilt from its transfer options, by transfer's loader
+        section = next((s for s in (*_LOADERS, *PLUGIN_SECTIONS) if s in meta), None)
+        if section is not None and section not in _LOADERS:
+            raise CognateError(f"{path}: a model with {section!r} metadata needs its plugin")
+        load = _LOADERS[section] if section is not None else load_checkpoint
+        network, encoder, meta = load(path, space)
         return cls(network, encoder, meta, space, path)
 
     def save(self, path: str | Path) -> Path:
@@ -191,8 +210,11 @@ class LearnedModel(CostModel):
     def score(self, embedding: Any, encoded: Any, width: int) -> np.ndarray:
         import torch
 
+        from cognate.model.checkpoint import finite_scores
+
         with torch.inference_mode():
-            return self.network.score(embedding, width, encoded).float().numpy()
+            scores = self.network.score(embedding, width, encoded).float().numpy()
+        return finite_scores(self.path, scores)
 
 
 class RandomModel(CostModel):
@@ -205,10 +227,7 @@ class RandomModel(CostModel):
 
     @classmethod
     def load_file(cls, path: Path, space: Space) -> RandomModel:
-        try:
-            meta = json.loads(path.read_text())
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise CognateError(f"{path}: not a readable random model: {err}") from None
+        meta = _read_random_model(path)
         _check_for_space(path, meta, space)
         seed = meta.get("seed")
         if not isinstance(seed, int) or isinstance(seed, bool):
@@ -243,6 +262,37 @@ class RandomModel(CostModel):
         return np.array([draw(h) for h in encoded], dtype=np.float32)
 
 
+def _read_random_model(path: Path) -> dict[str, Any]:
+    """A random model's JSON, bounded in size and depth before parsing and its portfolio
+    checked like a checkpoint's."""
+    from pydantic import ValidationError
+
+    from cognate.model.checkpoint import (
+        MAX_METADATA_BYTES,
+        MAX_METADATA_DEPTH,
+        PortfolioMeta,
+        first_error,
+        json_depth,
+    )
+    from cognate.util import read_bounded
+
+    raw = read_bounded(path, MAX_METADATA_BYTES, "random model")
+    try:
+        text = raw.decode("utf-8")
+        if json_depth(text) > MAX_METADATA_DEPTH:
+            raise CognateError(f"{path}: random model nested deeper than {MAX_METADATA_DEPTH}")
+        meta = json.loads(text)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        raise CognateError(f"{path}: not a readable random model: {err}") from None
+    if not isinstance(meta, dict):
+        raise CognateError(f"{path}: a random model must be a JSON object")
+    try:
+        PortfolioMeta.model_validate(meta.get("portfolio") or {})
+    except ValidationError as err:
+        raise CognateError(f"{path}: random model {first_error(err, 'portfolio.')}") from None
+    return meta
+
+
 def _check_for_space(path: Path, meta: dict[str, Any], space: Space) -> None:
     """A model file's metadata must name the target and op of ``space``."""
     if (meta.get("target"), meta.get("op")) != (space.target, space.op):
@@ -266,10 +316,10 @@ def _is_random_model_file(path: Path) -> bool:
     return head.lstrip().startswith(b"{") and RANDOM_MODEL_FORMAT.encode() in head
 
 
-def _import_encoder_plugins() -> None:
+def _import_plugins() -> None:
     import importlib
 
-    for name in ENCODER_PLUGIN_MODULES:
+    for name in PLUGIN_MODULES:
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as exc:

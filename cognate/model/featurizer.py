@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from cognate.errors import CognateError
+from cognate.io import Cost, check_budget
 from cognate.matrix import Matrix
 from cognate.model import sparseconv
 from cognate.model.preset import FeaturizerSpec
@@ -159,10 +160,26 @@ class Featurizer(nn.Module):
     ) -> torch.Tensor:
         return self.mlp(torch.cat([self.pooled(points, backend, plan), scalars]))
 
+    def memory_cost(self) -> Cost:
+        """Peak bytes of ``embed`` per row, column and nonzero, measured (peak RSS, torch
+        backend; docs/reliability.md, matrix inputs) on dense blocks, where every nonzero
+        has all k x k neighbours (~58 x k^2 bytes each for the kernel maps), and on
+        scattered nonzeros that never merge (~8.5 bytes per channel of the widest layer);
+        priced above both."""
+        kernel = max(self.spec.first_kernel, self.spec.kernel)
+        per_entry = 68 * kernel**2 + 8 * max(self.spec.channels) + 128
+        return Cost(per_row=32, per_col=24, per_entry=per_entry)
+
     def embed(self, matrix: Matrix, backend: str = "auto") -> torch.Tensor:
-        """The embedding of ``matrix`` ([embedding_dim]); deterministic for fixed weights."""
+        """The embedding of ``matrix`` ([embedding_dim]); deterministic for fixed weights.
+
+        Refused (``InputError``) before anything is allocated when its measured cost is over
+        the memory budget (``COGNATE_MAX_MEMORY``)."""
         if matrix.nnz == 0:
             raise CognateError(f"{matrix.name}: cannot embed a matrix with no nonzeros")
+        rows, cols = matrix.shape
+        where = matrix.source or matrix.name
+        check_budget(where, "featurizing", rows, cols, matrix.nnz, self.memory_cost())
         # Inference only (training calls forward with cached plans): recording the autograd
         # graph of a 1M-nnz matrix costs more time than the convolutions themselves.
         with torch.no_grad():

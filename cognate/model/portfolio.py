@@ -1,4 +1,4 @@
-"""A model's portfolio: a fixed shortlist of configs it ranks first (issue 18).
+"""A model's portfolio: a fixed shortlist of configs it ranks first.
 
 On a space where a few fixed configs are already near the oracle (spade: the best single
 config reaches ~98% of it on held-out matrices), a cost model's top-k over the whole space

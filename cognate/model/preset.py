@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -15,12 +15,21 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# Bounds on the architecture: a preset also arrives inside a model file's metadata, and a
+# negative or absurd width there must be refused here, not by torch (a RuntimeError) or by
+# the allocator. Models are sized against their file before anything is allocated as well
+# (cognate.model.checkpoint); these bounds keep even building that meta-device model cheap.
+MAX_WIDTH = 1 << 20
+MAX_LAYERS = 16
+Width = Annotated[int, Field(ge=1, le=MAX_WIDTH)]
+
+
 class FeaturizerSpec(_Strict):
     first_kernel: int = Field(5, ge=1, le=9)
     kernel: int = Field(3, ge=1, le=9)
-    channels: list[int] = Field(min_length=1, max_length=32)
-    embed_hidden: list[int] = []
-    embedding_dim: int = Field(128, ge=1)
+    channels: list[Width] = Field(min_length=1, max_length=32)
+    embed_hidden: list[Width] = Field([], max_length=MAX_LAYERS)
+    embedding_dim: int = Field(128, ge=1, le=MAX_WIDTH)
     trainable: bool = True
     # Also feed the matrix's cheap structure statistics (cognate/model/statistics.py) into
     # the embedding MLP, next to the pooled convolution features and log2 (rows, cols, nnz).
@@ -28,7 +37,7 @@ class FeaturizerSpec(_Strict):
 
 
 class PredictorSpec(_Strict):
-    hidden: list[int] = [256, 128]
+    hidden: list[Width] = Field([256, 128], max_length=MAX_LAYERS)
 
 
 class TrainSpec(_Strict):
@@ -47,7 +56,7 @@ class TrainSpec(_Strict):
 
 
 class ModelPreset(_Strict):
-    name: str
+    name: str = Field(max_length=200)
     featurizer: FeaturizerSpec
     predictor: PredictorSpec
     train: TrainSpec

@@ -27,6 +27,13 @@ from safetensors.torch import save
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
+from cognate.model.checkpoint import (
+    CHECKPOINT_FORMAT,
+    check_fits,
+    encoder_target_part,
+    parse_metadata,
+    read_state,
+)
 from cognate.model.encoding import ConfigEncoder, make_encoder
 from cognate.model.featurizer import matrix_points
 from cognate.model.predictor import RankingNetwork, pairwise_accuracy, ranking_loss
@@ -34,8 +41,6 @@ from cognate.model.preset import ModelPreset, preset_from_dict
 from cognate.model.sparseconv import KernelMap, PointSet
 from cognate.space import Space
 from cognate.util import atomic_write
-
-CHECKPOINT_FORMAT = 1
 
 
 @dataclass
@@ -371,7 +376,8 @@ def save_checkpoint(path: str | Path, model: RankingNetwork, metadata: dict[str,
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
-    """The metadata of a checkpoint, without loading its weights."""
+    """The metadata of a checkpoint, without loading its weights: bounded and validated
+    against its schema (``cognate.model.checkpoint``) before anything reads it."""
     try:
         with safe_open(str(path), framework="pt") as f:
             raw = (f.metadata() or {}).get("cognate")
@@ -379,37 +385,7 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
         raise CognateError(f"{path}: not a readable cognate model: {err}") from None
     if raw is None:
         raise CognateError(f"{path}: safetensors file without cognate metadata")
-    try:
-        meta = json.loads(raw)
-    except json.JSONDecodeError:
-        raise CognateError(f"{path}: corrupt cognate metadata") from None
-    if not isinstance(meta, dict) or meta.get("format") != CHECKPOINT_FORMAT:
-        found = meta.get("format") if isinstance(meta, dict) else None
-        raise CognateError(f"{path}: checkpoint format {found!r} is not {CHECKPOINT_FORMAT}")
-    _check_metadata_fields(path, meta)
-    return meta
-
-
-# What loading reads from the metadata: (section, key, type). A file missing one gets a
-# line naming it, not "internal error: KeyError".
-_REQUIRED_FIELDS: tuple[tuple[str, str, type], ...] = (
-    ("space", "name", str),
-    ("space", "version", str),
-    ("encoder", "kind", str),
-    ("encoder", "dim", int),
-    ("preset", "name", str),
-)
-
-
-def _check_metadata_fields(path: str | Path, meta: dict[str, Any]) -> None:
-    for section, key, kind in _REQUIRED_FIELDS:
-        block = meta.get(section)
-        if not isinstance(block, dict):
-            raise CognateError(f"{path}: model metadata has no {section!r} section")
-        if not isinstance(block.get(key), kind) or isinstance(block.get(key), bool):
-            raise CognateError(
-                f"{path}: model metadata {section}.{key} is missing or not a {kind.__name__}"
-            )
+    return parse_metadata(path, raw)
 
 
 def check_space(path: str | Path, meta: dict[str, Any], space: Space) -> None:
@@ -424,9 +400,15 @@ def check_space(path: str | Path, meta: dict[str, Any], space: Space) -> None:
         )
 
 
-def new_network(path: str | Path, meta: dict[str, Any], encoder_dim: int) -> RankingNetwork:
+def new_network(
+    path: str | Path,
+    meta: dict[str, Any],
+    encoder_dim: int,
+    parts: dict[str, Callable[[], torch.nn.Module]] | None = None,
+) -> RankingNetwork:
     """An untrained model of the checkpoint's preset, for weights read by ``load_weights``;
-    ``encoder_dim`` is the width of the encoder rebuilt here, which must be the trained one."""
+    ``encoder_dim`` is the width of the encoder rebuilt here, which must be the trained one.
+    ``parts``: submodules the file also holds (name -> constructor), added to the model."""
     if encoder_dim != meta["encoder"]["dim"]:
         raise CognateError(f"{path}: encoder width {meta['encoder']['dim']} != {encoder_dim} here")
     try:
@@ -435,27 +417,24 @@ def new_network(path: str | Path, meta: dict[str, Any], encoder_dim: int) -> Ran
         )
     except CognateError as err:
         raise CognateError(f"{path}: {err}") from None
+
+    def build() -> RankingNetwork:
+        network = RankingNetwork(preset, encoder_dim)
+        for name, make in (parts or {}).items():
+            network.add_module(name, make())
+        return network
+
     # Sized on the meta device first (no memory): metadata claiming a huge layer is refused
     # before anything is allocated, since the weights it needs cannot be in the file.
-    with torch.device("meta"):
-        shape_only = RankingNetwork(preset, encoder_dim)
-    needed = sum(t.numel() * t.element_size() for t in shape_only.state_dict().values())
-    size = Path(path).stat().st_size
-    if needed > size:
-        raise CognateError(
-            f"{path}: metadata describes a model of {needed} bytes of weights, "
-            f"but the file has only {size} bytes"
-        )
-    return RankingNetwork(preset, encoder_dim)
+    check_fits(path, build)
+    return build()
 
 
 def load_weights(path: str | Path, model: RankingNetwork) -> None:
-    """Load the checkpoint's tensors into ``model`` (strict), then switch it to eval."""
-    try:
-        with safe_open(str(path), framework="pt") as f:
-            state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - no iterator
-    except (OSError, SafetensorError) as err:
-        raise CognateError(f"{path}: not a readable cognate model: {err}") from None
+    """Load the checkpoint's tensors into ``model`` (exactly its names and shapes, all
+    finite), then switch it to eval."""
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    state = read_state(path, expected, model.preset.name)
     try:
         model.load_state_dict(state)
     except RuntimeError as err:
@@ -471,7 +450,7 @@ def load_checkpoint(
     """Load a model for ``space``; a model trained on another space or version is an error."""
     meta = read_metadata(path)
     check_space(path, meta, space)
-    encoder = make_encoder(space, meta["encoder"]["kind"].split("+", 1)[1])
+    encoder = make_encoder(space, encoder_target_part(meta))
     model = new_network(path, meta, encoder.dim)
     load_weights(path, model)
     return model, encoder, meta

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from cognate.errors import CognateError
+from cognate.io import check_work, tune_cost
 from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel, resolve_model_path
 from cognate.runner import ProgressFn
@@ -50,6 +51,7 @@ def tune_matrix(
     the_target.check_width(width)
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise CognateError(f"top-k must be a positive integer, got {top_k!r}")
+    check_work(matrix, f"tune --target {target}", tune_cost(target, width, verify))
     space = the_target.space(op)
     cost_model = _cost_model(model, space)
     ranked, timings = rank(cost_model, space, matrix, width, n_candidates, seed)

@@ -1,4 +1,4 @@
-"""Fine-tuning a pretrained cost model on a few target matrices (docs/architecture.md, Transfer, issue 6).
+"""Fine-tuning a pretrained cost model on a few target matrices (docs/architecture.md, Transfer).
 
 The target's matrices are split by matrix (``split_seed``) into train / validation /
 test. ``matrices`` of the training split are picked with ``seed``; the model is trained on
@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from cognate.errors import CognateError
+from cognate.model.cost_model import register_loader
 from cognate.model.encoding import ConcatEncoder, make_encoder
 from cognate.model.predictor import RankingNetwork
 from cognate.model.preset import ModelPreset
@@ -61,10 +62,10 @@ from cognate.transfer.autoencoder import (  # also registers kind "ae"
     transfer_settings,
 )
 from cognate.transfer.mapper import HOMOGENEOUS_DIM, MAPPERS, homogeneous_encoder
+from cognate.transfer.schema import LATENTS, validate_transfer
 from cognate.transfer.select import PICKERS, SELECTIONS, pick_random
 from cognate.util import atomic_path
 
-LATENTS: tuple[str, ...] = ("ae", "raw")
 AE_PREFIX = "ae"  # a fine-tuned model's autoencoder weights are saved as ae.*
 
 
@@ -264,17 +265,34 @@ class _TargetData:
     names: dict[str, str]
 
 
+def matrices_needed(keys: Collection[str], options: FinetuneOptions) -> set[str] | None:
+    """The target matrices (of ``keys``, all the target's) a fine-tune with ``options``
+    reads: the picked ones, validation and test; None (all) when the picker embeds the
+    training matrices. The caller reads only these and passes ``names`` to ``finetune``."""
+    opts = options.resolved()
+    if opts.select in PICKERS:
+        return None
+    train, val, test = split_target(
+        list(keys), opts.val_fraction, opts.test_fraction, opts.split_seed
+    )
+    return {*pick_matrices(train, opts.matrices, opts.seed), *val, *test}
+
+
 def _prepare(
     runs: Sequence[MatrixRuns],
     space: Space,
     opts: FinetuneOptions,
     embed: Embeddings | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> _TargetData:
     """Split the target's matrices, pick the fine-tuning ones, encode every split.
-    ``embed``: the source model's embeddings, which the ``select`` pickers other than random use."""
+    ``embed``: the source model's embeddings, which the ``select`` pickers other than random use.
+    ``names``: {key: name} of all the target's matrices when ``runs`` holds only the ones
+    ``matrices_needed`` lists (the split is drawn over all of them)."""
     encoder = transfer_encoder(space, opts.mapper, opts.latent, opts.seed)
+    names = dict(names) if names is not None else {r.key: r.matrix.name for r in runs}
     train_keys, val_keys, test_keys = split_target(
-        [r.key for r in runs], opts.val_fraction, opts.test_fraction, opts.split_seed
+        list(names), opts.val_fraction, opts.test_fraction, opts.split_seed
     )
     if opts.select in PICKERS:
         train_set = set(train_keys)
@@ -290,8 +308,11 @@ def _prepare(
         fit=[r for r in runs if r.key in set(picked)],
         val=[r for r in runs if r.key in set(val_keys)],
         test=[r for r in runs if r.key in set(test_keys)],
-        names={r.key: r.matrix.name for r in runs},
+        names=names,
     )
+    missing = {*picked, *val_keys, *test_keys} - {r.key for r in runs}
+    if missing:
+        raise CognateError(f"fine-tuning: {len(missing)} needed matrices are not among the runs")
     for run in runs:
         run.features = None  # encodings of another encoder must not leak in
     encode_all([*data.fit, *data.val, *data.test], encoder)
@@ -361,15 +382,18 @@ def finetune(
     options: FinetuneOptions,
     progress: ProgressFn | None = None,
     cache: EmbeddingCache | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> FinetuneResult:
     """Adapt the model at ``pretrained`` to ``space`` with ``runs`` (the target's records).
 
     The returned model carries its autoencoder (when the latent is ``ae``) as submodule
     ``ae``, so the checkpoint ``save_checkpoint`` writes of it is self-contained. ``cache``
-    reuses embeddings across calls while the featurizer is frozen (same numbers)."""
+    reuses embeddings across calls while the featurizer is frozen (same numbers).
+    ``names`` ({key: name} of every target matrix): ``runs`` then need only hold the
+    matrices ``matrices_needed`` lists, so the others are never read."""
     opts = options.resolved()
     source, source_meta = load_pretrained(pretrained)
-    data = _prepare(runs, space, opts, _source_embeddings(source, cache))
+    data = _prepare(runs, space, opts, _source_embeddings(source, cache), names)
     same_space = (source_meta.get("space") or {}).get("name") == space.name
     model, copied, history, best = _fit_best(source, data, opts, progress, cache, same_space)
     test_metrics = evaluate(model, data.test, _frozen_embeddings(model, opts, cache)(data.test))
@@ -440,10 +464,8 @@ def load_transfer_model(
     The autoencoder comes from the file itself when it ships one; an older file without
     one rebuilds it from the cache, which must then be the one it was fine-tuned with."""
     meta = read_metadata(path)
-    if "transfer" not in meta:
-        raise CognateError(f"{path}: not a fine-tuned model (no transfer metadata)")
+    transfer = validate_transfer(path, meta)  # before any of it is used
     check_space(path, meta, space)
-    transfer = meta["transfer"]
     if transfer.get("autoencoder"):
         model, encoder = _load_shipped(path, meta, space)
     else:
@@ -465,10 +487,14 @@ def _load_shipped(
         codebook = Codebook(shipped["columns"])
     except (TypeError, KeyError, ValueError) as err:
         raise CognateError(f"{path}: corrupt autoencoder metadata: {err}") from None
-    ae = KnobAutoencoder(codebook.sizes, settings.latent, settings.hidden)
     homogeneous = homogeneous_encoder(space, opts["mapper"], opts["seed"])
-    model = new_network(path, meta, homogeneous.dim + settings.latent)
-    model.add_module(AE_PREFIX, ae)
+
+    def autoencoder() -> KnobAutoencoder:
+        return KnobAutoencoder(codebook.sizes, settings.latent, settings.hidden)
+
+    # sized together with the network on the meta device, before either is allocated
+    model = new_network(path, meta, homogeneous.dim + settings.latent, {AE_PREFIX: autoencoder})
+    ae = model.get_submodule(AE_PREFIX)
     load_weights(path, model)  # the autoencoder's weights too, strictly
     encoder = ConcatEncoder(
         [homogeneous, AutoencoderEncoder.embedded(space, settings, ae, codebook)]
@@ -488,6 +514,9 @@ def _check_autoencoder(path: str | Path, transfer: dict[str, Any], encoder: Conc
         )
 
 
+# the cost-model role loads fine-tuned checkpoints through this (cognate.model.cost_model)
+register_loader("transfer", load_transfer_model)
+
 __all__ = [
     "EmbeddingCache",
     "FinetuneOptions",
@@ -496,6 +525,7 @@ __all__ = [
     "finetune",
     "load_pretrained",
     "load_transfer_model",
+    "matrices_needed",
     "pick_matrices",
     "split_target",
     "transfer_encoder",
