@@ -155,13 +155,47 @@ class TunedKernel:
             if out is not None:
                 return out
             return _torch().from_numpy(target) if as_torch else target
-        values = self._fresh_or(out, self._out_shape)
+        values = self._sddmm_into(arrays, self._fresh_or(out, self._out_shape))
+        return self._sddmm_result(values, (out is None and as_torch) or is_torch(out))
+
+    def _sddmm_into(self, arrays: tuple[np.ndarray, ...], values: np.ndarray) -> np.ndarray:
         if self._direct:
             self._run(arrays, values)
         else:  # a padded layout: run into its slots, gather A's entries
             self._run(arrays, self.call.out)
             np.take(self.call.out, self.call.packed.nz_positions, out=values)
-        return self._sddmm_result(values, (out is None and as_torch) or is_torch(out))
+        return values
+
+    def sddmm_values(self, arrays: tuple[np.ndarray, ...], out: np.ndarray) -> np.ndarray:
+        """SDDMM on operands already made dense by ``as_dense`` (checked shapes): only the
+        values (A.nnz float32, A's CSR order) written into ``out`` (float32, C-contiguous, of
+        that size), without a sparse matrix around them."""
+        if (
+            self.op != "sddmm"
+            or len(arrays) != 2
+            or any(a.shape != shape for a, shape in zip(arrays, self._shapes, strict=True))
+        ):
+            raise CognateError(f"cpu {self.op}: sddmm_values needs X, Y of shapes {self._shapes}")
+        return self._sddmm_into(arrays, self._fresh_or(out, self._out_shape))
+
+    @property
+    def value_slots(self) -> np.ndarray:
+        """A's CSR entry -> its slot in ``packed_values`` (int64)."""
+        return self.call.packed.nz_positions
+
+    @property
+    def packed_values(self) -> np.ndarray:
+        """A's values as the kernel reads them on every call (float32, in the schedule's
+        layout, padding slots 0). New values written at ``value_slots`` are used from the next
+        call on: a layer whose sparse values train changes them without packing A again."""
+        packed = self.call.packed
+        if isinstance(getattr(packed, "vals", None), np.ndarray):  # the csr family
+            return packed.vals
+        # DIA/BCSR: the one float32 array of the family's packed arrays is the values.
+        found = [a for a in packed.arrays if a.dtype == _F32]
+        if len(found) != 1:
+            raise CognateError(f"cpu {self.op}: no single values array in the packed layout")
+        return found[0]
 
     def _run(self, arrays: tuple[np.ndarray, ...], out: np.ndarray) -> None:
         """The kernel on these arrays; the ctypes arguments of the last arrays are reused (the

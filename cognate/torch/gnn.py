@@ -1,0 +1,124 @@
+"""A 2-layer GCN on cognate's tuned kernels or on torch.sparse: what examples/gcn.py trains
+and scripts/bench_gnn.py times.
+
+The graph is a sparse matrix (any file cognate reads, a generated graph); GCN propagates
+with D^-1/2 (A + I) D^-1/2 of its symmetrised pattern (a rectangular matrix is taken as a
+bipartite graph). Features are random; labels follow the graph's structure (each node takes
+the class of its nearest of a few random seed nodes), so the model has something to learn
+without any download.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from scipy.sparse import csgraph
+
+from cognate.matrix import Matrix, canonicalize
+from cognate.torch.operand import TunedSparse
+from cognate.torch.ops import spmm
+
+BACKENDS = ("cognate", "torch", "torch-t")
+
+
+def normalized_adjacency(matrix: Matrix | sp.spmatrix) -> sp.csr_matrix:
+    """GCN's D^-1/2 (A + I) D^-1/2 for the symmetrised pattern of ``matrix`` (canonical CSR,
+    float32); a rectangular M x N matrix becomes the bipartite graph of M + N nodes."""
+    csr = getattr(matrix, "csr", matrix)
+    pattern = sp.csr_matrix(csr, dtype=np.float32, copy=True)
+    pattern.data[:] = 1.0
+    rows, cols = pattern.shape
+    if rows != cols:
+        pattern = sp.bmat([[None, pattern], [pattern.T, None]], format="csr")
+    pattern = (pattern + pattern.T + sp.eye(pattern.shape[0], dtype=np.float32)).tocsr()
+    pattern.data[:] = 1.0
+    scale = (1.0 / np.sqrt(np.asarray(pattern.sum(axis=1), dtype=np.float64).ravel())).astype(
+        np.float32
+    )
+    return canonicalize(sp.diags(scale) @ pattern @ sp.diags(scale))
+
+
+def community_labels(adjacency: sp.csr_matrix, classes: int, seed: int = 0) -> np.ndarray:
+    """Each node's class: that of its nearest (in hops) of ``4 * classes`` random seed nodes;
+    nodes no seed reaches get a random class."""
+    rng = np.random.default_rng(seed)
+    n = adjacency.shape[0]
+    seeds = rng.choice(n, size=min(n, 4 * classes), replace=False)
+    hops = adjacency.copy()
+    hops.data[:] = 1.0
+    _, _, sources = csgraph.dijkstra(
+        hops, directed=False, indices=seeds, min_only=True, return_predecessors=True
+    )
+    label_of_seed = np.zeros(n, dtype=np.int64)
+    label_of_seed[seeds] = np.arange(seeds.size) % classes
+    labels = rng.integers(0, classes, n)
+    reached = sources >= 0
+    labels[reached] = label_of_seed[sources[reached]]
+    return labels
+
+
+class _TransposedCSR(torch.autograd.Function):
+    """torch.sparse.mm with the transpose given: backward runs A^T @ dY on a CSR built once,
+    where plain autograd of torch.sparse.mm transposes A on every backward."""
+
+    @staticmethod
+    def forward(ctx: Any, a: torch.Tensor, at: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        ctx.at = at
+        return torch.sparse.mm(a, x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        return None, None, torch.sparse.mm(ctx.at, grad)
+
+
+def torch_csr(adjacency: sp.csr_matrix) -> torch.Tensor:
+    return torch.sparse_csr_tensor(
+        torch.from_numpy(adjacency.indptr.astype(np.int64)),
+        torch.from_numpy(adjacency.indices.astype(np.int64)),
+        torch.from_numpy(adjacency.data.astype(np.float32)),
+        size=adjacency.shape,
+    )
+
+
+def propagation(
+    adjacency: sp.csr_matrix, backend: str, **tune: Any
+) -> tuple[Callable[[torch.Tensor], torch.Tensor], TunedSparse | None]:
+    """``h -> A @ h`` for ``backend``: "cognate" (a TunedSparse, tuned with ``tune``'s
+    options), "torch" (torch.sparse.mm on CSR, plain autograd) or "torch-t" (torch.sparse.mm
+    with A^T built once for the backward). Returns the function and the TunedSparse."""
+    if backend == "cognate":
+        ts = TunedSparse(adjacency, **tune)
+        return (lambda h: spmm(ts, h)), ts
+    a = torch_csr(adjacency)
+    if backend == "torch":
+        return (lambda h: torch.sparse.mm(a, h)), None
+    if backend == "torch-t":
+        at = torch_csr(adjacency.T.tocsr())
+        return (lambda h: _TransposedCSR.apply(a, at, h)), None
+    raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+
+
+class GCN(torch.nn.Module):
+    """Kipf and Welling's 2-layer GCN: ``A (relu(A (X W1 + b1)) W2 + b2)``; the dense
+    products come first, so the SpMMs run at the hidden and the class widths."""
+
+    def __init__(self, features: int, hidden: int, classes: int, seed: int = 0) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(seed)
+        self.layer1 = torch.nn.Linear(features, hidden)
+        self.layer2 = torch.nn.Linear(hidden, classes)
+        with torch.no_grad():  # seeded, so two backends start from the same weights
+            for layer in (self.layer1, self.layer2):
+                bound = 1.0 / layer.in_features**0.5
+                layer.weight.uniform_(-bound, bound, generator=generator)
+                layer.bias.uniform_(-bound, bound, generator=generator)
+
+    def forward(
+        self, propagate: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
+    ) -> torch.Tensor:
+        hidden = torch.relu(propagate(self.layer1(x)))
+        return propagate(self.layer2(hidden))

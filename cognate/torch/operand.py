@@ -1,0 +1,363 @@
+"""``TunedSparse``: a sparse matrix A whose SpMM / SDDMM schedules are tuned once per dense
+width and kept prepared (packed A, compiled kernel) for PyTorch's forward and backward.
+
+Training needs three products of A per width w: ``A @ X`` (forward), ``A^T @ dY`` (the
+features' gradient) and the SDDMM ``dY @ X^T`` sampled at A's pattern (the values' gradient).
+Each is a cognate cpu kernel of its own schedule:
+
+- A: ``cognate.tune(A, op="spmm", width=w)``;
+- A^T: when A's pattern is symmetric (undirected graphs, GCN's normalised adjacency) A^T is
+  the very same packed kernel (its values loaded through the transpose map only when they
+  differ from A's); otherwise A^T is packed on its own and runs A's schedule
+  (``transpose="reuse"``, the default: no second ranking; when A's layout is over the size
+  limit for A^T, A^T is tuned) or is tuned as its own operand (``transpose="tune"``). Why
+  reuse: on 6 non-symmetric real matrices (1.9k-48k nnz, width 32) the shipped model ranked
+  the same schedule first for A^T as for A in all 6, A^T's kernel ran equally fast (0.99-1.01x)
+  and the ranking of A^T cost 1.8-2.8 s per width (a loaded 2-core machine);
+- the SDDMM of A's pattern (unit values; A's values multiply outside, in torch, so one
+  kernel serves the forward of ``sddmm`` and the values' gradient of ``spmm``).
+
+The kernels read A's values from their packed layout on every call. The values used in a
+call are a torch tensor (``ts.values`` or a ``values=`` argument, in A's canonical CSR
+order); they are scattered into a kernel's layout only when they differ from what it holds
+(another tensor, or the same tensor after an in-place change: its ``_version``). Changing a
+tensor through ``.data`` or numpy bypasses that counter: call ``ts.reload()`` after it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+
+from cognate.errors import CognateError
+from cognate.matrix import Matrix
+from cognate.targets.cpu.tuned import TunedKernel
+from cognate.torch.choices import Choice, TuneOptions, choose
+
+TRANSPOSES = ("reuse", "tune")
+
+
+@dataclass
+class _Prepared:
+    """One packed kernel (a kernel may serve A and A^T) and where A's values go in it."""
+
+    kernel: TunedKernel
+    slots: np.ndarray | None  # A's CSR entry -> slot in kernel.packed_values (None: fixed)
+
+
+def as_operand_matrix(matrix: Any, name: str = "A") -> Matrix:
+    """A cognate Matrix from a scipy sparse matrix, a Matrix, a file path, or a torch sparse
+    COO / CSR tensor (2-D, on the cpu)."""
+    from cognate.api import as_matrix
+    from cognate.matrix import canonicalize
+
+    if isinstance(matrix, torch.Tensor):
+        if matrix.dim() != 2 or matrix.layout not in (torch.sparse_coo, torch.sparse_csr):
+            raise CognateError(
+                f"{name}: a torch tensor must be a 2-D sparse COO or CSR tensor, got"
+                f" {matrix.dim()}-D {matrix.layout}"
+            )
+        if matrix.device.type != "cpu":
+            raise CognateError(f"{name}: a torch sparse tensor on {matrix.device}; cpu only")
+        if matrix.layout == torch.sparse_coo:
+            coo = matrix.detach().coalesce()
+            index = coo.indices().numpy()
+            csr = sp.coo_matrix((coo.values().numpy(), (index[0], index[1])), shape=coo.shape)
+        else:
+            t = matrix.detach()
+            csr = sp.csr_matrix(
+                (t.values().numpy(), t.col_indices().numpy(), t.crow_indices().numpy()),
+                shape=t.shape,
+            )
+        matrix = canonicalize(csr)
+    return as_matrix(matrix)
+
+
+def transposed(matrix: Matrix) -> tuple[Matrix, np.ndarray]:
+    """(A^T as a Matrix, tmap): A^T's CSR entry e holds A's CSR entry ``tmap[e]``. A's index
+    maps swap (``A^T[col_perm[j], row_perm[i]] = S^T[j, i]``) so DIA/BCSR schedules of A^T run
+    over S^T too."""
+    csr = matrix.csr
+    ids = sp.csr_matrix(
+        (np.arange(csr.nnz, dtype=np.int64), csr.indices, csr.indptr), shape=csr.shape
+    )
+    t = ids.T.tocsr()
+    t.sort_indices()
+    tmap = np.asarray(t.data, dtype=np.int64)
+    at = sp.csr_matrix(
+        (csr.data[tmap], t.indices.astype(np.int32), t.indptr.astype(np.int32)),
+        shape=(csr.shape[1], csr.shape[0]),
+    )
+    name = f"{matrix.name}^T"
+    return Matrix(name, at, f"transpose of {matrix.source or matrix.name}", matrix.field,
+                  matrix.symmetry, matrix.col_perm, matrix.row_perm), tmap  # fmt: skip
+
+
+class TunedSparse:
+    """A sparse matrix A, tuned per dense width, for ``cognate.torch.spmm`` / ``sddmm``.
+
+    ``A``: a scipy sparse matrix, a cognate ``Matrix`` (its index maps are kept), a matrix
+    file path, or a torch sparse COO / CSR tensor. Its canonical CSR (sorted, de-duplicated)
+    orders ``values``. ``widths``: dense widths tuned now (SpMM of A and A^T; the SDDMM too
+    when ``requires_grad``); any other width is tuned on first use. ``target``: "cpu" (the
+    only target whose kernels run in this process). ``model``, ``verify``, ``candidates``,
+    ``seed``, ``threads``: as ``cognate.tune`` (default: ranked by the shipped model, not
+    measured). ``store``: a record store whose measurements of this matrix are reused, and
+    where verified choices are recorded. ``requires_grad``: ``values`` is an
+    ``nn.Parameter`` (A's values train). ``transpose``: "reuse" or "tune" (module docstring).
+
+    ``tuning_s`` is the time spent choosing schedules and packing/compiling, ``choices`` what
+    each (op, side, width) runs and where its choice came from.
+    """
+
+    def __init__(
+        self,
+        A: Any,
+        widths: Iterable[int] = (),
+        target: str = "cpu",
+        model: str | Path | Any | None = None,
+        verify: bool = False,
+        store: str | Path | None = None,
+        requires_grad: bool = False,
+        transpose: str = "reuse",
+        candidates: int | None = None,
+        seed: int | None = None,
+        threads: int | None = None,
+    ) -> None:
+        if target != "cpu":
+            raise CognateError(
+                f"cognate.torch runs cpu kernels only; target {target!r} has no kernel that"
+                " runs in this process"
+            )
+        if transpose not in TRANSPOSES:
+            raise CognateError(
+                f"transpose must be one of {', '.join(TRANSPOSES)}, got {transpose!r}"
+            )
+        self.matrix = as_operand_matrix(A)
+        self.options = TuneOptions(target, model, verify, store, candidates, seed, threads)
+        self.transpose = transpose
+        self.shape = self.matrix.shape
+        self.nnz = self.matrix.nnz
+        values = torch.from_numpy(self.matrix.csr.data.copy())
+        self.values: torch.Tensor = torch.nn.Parameter(values) if requires_grad else values
+        self._initial = (self.values, self.values._version)
+        self._lock = threading.RLock()
+        self._prepared: dict[tuple[str, str, int], _Prepared] = {}
+        # id(kernel) -> (values tensor, its _version, orientation) the kernel holds; the
+        # tensor is referenced, so its id cannot be reused by another tensor meanwhile.
+        self._loaded: dict[int, tuple[torch.Tensor, int, str]] = {}
+        self._depth = 0
+        self._transposed: tuple[Matrix, np.ndarray] | None = None
+        self._pattern: Matrix | None = None
+        self.choices: dict[tuple[str, str, int], Choice] = {}
+        self.tuning_s = 0.0
+        self._symmetric = self._check_symmetric()
+        from cognate.torch.ops import register
+
+        self.handle = register(self)
+        for width in widths:
+            self.prepare(width, sddmm=requires_grad)
+
+    # --- building --------------------------------------------------------------------------
+
+    def _check_symmetric(self) -> tuple[bool, bool]:
+        """(pattern symmetric, values symmetric too)."""
+        csr = self.matrix.csr
+        if csr.shape[0] != csr.shape[1]:
+            return False, False
+        at, tmap = self._transpose()
+        if not (
+            np.array_equal(at.csr.indptr, csr.indptr)
+            and np.array_equal(at.csr.indices, csr.indices)
+        ):
+            return False, False
+        return True, bool(np.array_equal(csr.data[tmap], csr.data))
+
+    def _transpose(self) -> tuple[Matrix, np.ndarray]:
+        if self._transposed is None:
+            self._transposed = transposed(self.matrix)
+        return self._transposed
+
+    def prepare(self, width: int, sddmm: bool = False) -> None:
+        """Tune and prepare the SpMM kernels of A and A^T (and the SDDMM) at ``width``."""
+        self._kernel("spmm", "A", width)
+        self._kernel("spmm", "T", width)
+        if sddmm:
+            self._kernel("sddmm", "A", width)
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether A's pattern is symmetric (A^T then runs on A's own kernel)."""
+        return self._symmetric[0]
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """The widths with a prepared forward kernel."""
+        return tuple(sorted({w for (op, side, w) in self._prepared if (op, side) == ("spmm", "A")}))
+
+    def _kernel(self, op: str, side: str, width: int) -> _Prepared:
+        key = (op, side, width)
+        found = self._prepared.get(key)
+        if found is not None:
+            return found
+        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
+            raise CognateError(f"dense width must be a positive integer, got {width!r}")
+        start = time.perf_counter()
+        self._depth += 1
+        try:
+            prepared = self._build(op, side, width)
+        finally:
+            self._depth -= 1
+            if self._depth == 0:  # nested builds (A^T's reuse of A) are counted once
+                self.tuning_s += time.perf_counter() - start
+        if prepared.slots is not None and id(prepared.kernel) not in self._loaded:
+            # packed from A (or A^T) itself: it holds A's initial values in that orientation
+            self._loaded[id(prepared.kernel)] = (*self._initial, side)
+        self._prepared[key] = prepared
+        return prepared
+
+    def _build(self, op: str, side: str, width: int) -> _Prepared:
+        if op == "sddmm":  # A's pattern with unit values, fixed for good
+            choice = self._choose(self.matrix, op, width, key=(op, side, width))
+            return _Prepared(self._pack(self._unit_pattern(), op, choice, width), None)
+        if side == "A":
+            choice = self._choose(self.matrix, op, width, key=(op, side, width))
+            kernel = self._pack(self.matrix, op, choice, width)
+            return _Prepared(kernel, np.ascontiguousarray(kernel.value_slots, dtype=np.int64))
+        at, tmap = self._transpose()
+        if self._symmetric[0]:  # A^T has A's pattern: the same packed kernel
+            forward = self._kernel(op, "A", width)
+            self.choices[(op, side, width)] = self.choices[(op, "A", width)]
+            return _Prepared(forward.kernel, _compose(forward.kernel.value_slots, tmap))
+        if self.transpose == "reuse":
+            forward = self._kernel(op, "A", width)
+            config = self.choices[(op, "A", width)].config
+            try:
+                kernel = self._pack(at, op, Choice(config, "reused from A", 0.0), width)
+                self.choices[(op, side, width)] = Choice(config, "reused from A", 0.0)
+                return _Prepared(kernel, _compose(kernel.value_slots, tmap))
+            except CognateError:  # A's layout does not fit A^T (over the size limit): tune
+                pass
+        choice = self._choose(at, op, width, key=(op, side, width))
+        kernel = self._pack(at, op, choice, width)
+        return _Prepared(kernel, _compose(kernel.value_slots, tmap))
+
+    def _choose(self, matrix: Matrix, op: str, width: int, key: tuple[str, str, int]) -> Choice:
+        choice = choose(matrix, op, width, self.options)
+        self.choices[key] = choice
+        return choice
+
+    def _pack(self, matrix: Matrix, op: str, choice: Choice, width: int) -> TunedKernel:
+        """Pack A and compile the kernel (dense operands are untouched zero pages: nothing
+        runs on them, the real ones are bound at the first call)."""
+        rows, cols = matrix.shape
+        dense = (
+            (np.zeros((cols, width), np.float32),)
+            if op == "spmm"
+            else (np.zeros((rows, width), np.float32), np.zeros((cols, width), np.float32))
+        )
+        return TunedKernel(matrix, op, choice.config, dense)
+
+    def _unit_pattern(self) -> Matrix:
+        if self._pattern is None:
+            m = self.matrix
+            csr = m.csr.copy()
+            csr.data = np.ones_like(csr.data)
+            self._pattern = Matrix(f"{m.name}-pattern", csr, m.source, "pattern", m.symmetry,
+                                   m.row_perm, m.col_perm)  # fmt: skip
+        return self._pattern
+
+    # --- running (called by the custom ops in cognate.torch.ops) ---------------------------
+
+    def run_spmm(self, x: torch.Tensor, values: torch.Tensor, transpose: bool) -> torch.Tensor:
+        """A @ x (A^T @ x when ``transpose``) with A's values ``values``: float32 cpu tensors
+        of checked shapes (the ops check them)."""
+        x = x.detach().contiguous()
+        width = x.shape[1]
+        rows = self.shape[1] if transpose else self.shape[0]
+        out = torch.empty((rows, width), dtype=torch.float32)
+        if width == 0 or rows == 0:
+            return out
+        with self._lock:
+            side = "T" if transpose else "A"
+            prepared = self._kernel("spmm", side, width)
+            self._load(prepared, values, side)
+            prepared.kernel.run((x.numpy(),), out.numpy())
+        return out
+
+    def run_sddmm(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """(x @ y^T) sampled at A's pattern (unit values), A's CSR order."""
+        x, y = x.detach().contiguous(), y.detach().contiguous()
+        out = torch.empty(self.nnz, dtype=torch.float32)
+        if x.shape[1] == 0:
+            return out.zero_()
+        with self._lock:
+            prepared = self._kernel("sddmm", "A", x.shape[1])
+            prepared.kernel.sddmm_values((x.numpy(), y.numpy()), out.numpy())
+        return out
+
+    def _load(self, prepared: _Prepared, values: torch.Tensor, side: str) -> None:
+        """Scatter ``values`` into the kernel's layout unless it holds them already."""
+        initial, version = self._initial
+        orientation = side
+        if values is initial and values._version == version and self._symmetric[1]:
+            orientation = "A"  # a symmetric A's own values are A^T's: no reload between them
+        held = self._loaded.get(id(prepared.kernel))
+        if held is not None and held[0] is values and held[1:] == (values._version, orientation):
+            return
+        data = values.detach().contiguous().numpy()
+        prepared.kernel.packed_values[prepared.slots] = data
+        self._loaded[id(prepared.kernel)] = (values, values._version, orientation)
+
+    def reload(self) -> None:
+        """Forget which values the kernels hold (after changing values behind autograd's
+        version counter, e.g. through ``.data`` or numpy): the next call loads them again."""
+        with self._lock:
+            self._loaded.clear()
+            self._initial = (self._initial[0], -1)
+
+    # --- conveniences ----------------------------------------------------------------------
+
+    def __matmul__(self, x: torch.Tensor) -> torch.Tensor:
+        from cognate.torch.ops import spmm
+
+        return spmm(self, x)
+
+    def matmul(self, x: torch.Tensor, values: torch.Tensor | None = None) -> torch.Tensor:
+        """``cognate.torch.spmm(self, x, values)``; the form to use inside ``torch.compile``
+        (``ts @ x`` breaks the graph there: dynamo does not trace ``@`` on a Python object)."""
+        from cognate.torch.ops import spmm
+
+        return spmm(self, x, values)
+
+    def to_torch(self, values: torch.Tensor | None = None) -> torch.Tensor:
+        """A (or A's pattern with ``values``) as a torch sparse CSR tensor."""
+        csr = self.matrix.csr
+        vals = self.values if values is None else values
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(csr.indptr.astype(np.int64)),
+            torch.from_numpy(csr.indices.astype(np.int64)),
+            vals,
+            size=self.shape,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"TunedSparse({self.matrix.name}, shape={self.shape}, nnz={self.nnz},"
+            f" widths={self.widths}, symmetric={self.symmetric})"
+        )
+
+
+def _compose(kernel_slots: np.ndarray, tmap: np.ndarray) -> np.ndarray:
+    """A's CSR entry -> slot, for a kernel over A^T whose entry e is A's entry tmap[e]."""
+    slots = np.empty(tmap.size, dtype=np.int64)
+    slots[tmap] = kernel_slots
+    return slots

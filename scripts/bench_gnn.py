@@ -1,0 +1,248 @@
+"""GCN training epochs on cognate's tuned kernels against the same model on torch.sparse.
+
+For each graph, a 2-layer GCN (cognate.torch.gnn: hidden 64, 128 random features, 16
+community classes, GCN's normalised adjacency of the symmetrised pattern, a rectangular
+matrix taken as a bipartite graph) is built once per backend from the same seeded weights:
+
+- cognate: ``cognate.torch.spmm`` on a ``TunedSparse`` of the adjacency (tuned at widths 64
+  and 16, ranked by the shipped model; ``--verify`` measures the top schedules). Its
+  tuning cost (choosing the schedules, packing, compiling; choices remembered from an earlier
+  run are forgotten first unless ``--reuse-choices``) is timed once and reported apart;
+- torch: ``torch.sparse.mm`` on a CSR tensor with plain autograd (the model a PyTorch user
+  writes; its backward transposes A on every call);
+- torch-t: ``torch.sparse.mm`` with A^T built once for the backward (a stronger reference).
+
+Before any timing, one forward and backward of each backend must give the same loss and
+parameter gradients (relative error <= 1e-4 against the torch backend); a graph that does
+not is reported as a mismatch and not timed. Then the epochs (zero grads, forward, loss,
+backward; no optimizer step, identical in all backends) are timed in ONE process in
+interleaved rounds under cognate's timing lock (cognate.timing.time_interleaved: warm-up,
+rotating order), medians per backend. Reported: median epoch per backend, torch / cognate
+(> 1: cognate faster), the tuning seconds and the break-even epoch count (tuning seconds /
+seconds saved per epoch against torch). OpenMP and torch threads keep their defaults
+(``--threads N`` sets OMP_NUM_THREADS / MKL_NUM_THREADS before anything loads).
+
+Graphs: generated power-law community graphs (``cognate data synth powerlaw``) of 0.1, 0.5,
+1, 2 and 5M entries, and the shared real matrices over 100k entries.
+
+    python scripts/bench_gnn.py --quick           # one small generated graph, 2 rounds
+    python scripts/bench_gnn.py --json gnn.json   # the full set (see docs for the duration)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from cognate.timing import early_threads
+
+early_threads(sys.argv)  # before numpy / torch load their OpenMP runtimes
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from cognate import synth  # noqa: E402
+from cognate.evaluate.stats import geomean  # noqa: E402
+from cognate.io import load_matrix  # noqa: E402
+from cognate.matrix import Matrix  # noqa: E402
+from cognate.paths import shared_dir  # noqa: E402
+from cognate.timing import time_interleaved  # noqa: E402
+from cognate.torch import choices  # noqa: E402
+from cognate.torch.gnn import (  # noqa: E402
+    BACKENDS,
+    GCN,
+    community_labels,
+    normalized_adjacency,
+    propagation,
+)
+from cognate.torch.operand import as_operand_matrix  # noqa: E402
+
+GENERATED = (100_000, 500_000, 1_000_000, 2_000_000, 5_000_000)
+QUICK = (20_000,)
+REAL_MIN_NNZ = 100_000
+TOL = 1e-4
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="one 20k-entry graph, 2 rounds")
+    p.add_argument("--sizes", type=int, nargs="*", help="generated graph sizes (entries)")
+    p.add_argument("--no-real", action="store_true", help="skip the shared real matrices")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--budget", type=float, default=60.0, help="seconds of rounds per graph")
+    p.add_argument("--hidden", type=int, default=64)
+    p.add_argument("--features", type=int, default=128)
+    p.add_argument("--classes", type=int, default=16)
+    p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    p.add_argument("--verify", action="store_true", help="tune with verify (measured top-5)")
+    p.add_argument("--reuse-choices", action="store_true", help="keep remembered choices")
+    p.add_argument("--threads", type=int, help="OMP_NUM_THREADS / MKL_NUM_THREADS")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", help="write the rows to this file")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.rounds, args.no_real, args.budget = 2, True, 10.0
+        args.sizes = list(QUICK) if args.sizes is None else args.sizes
+    if "cognate" not in args.backends or "torch" not in args.backends:
+        p.error("--backends must include cognate and torch")
+    return args
+
+
+def graphs(args: argparse.Namespace) -> list[Matrix]:
+    """Generated power-law community graphs, then the shared real matrices over 100k nnz."""
+    found = [
+        synth.generate("powerlaw", nnz=n, seed=args.seed)
+        for n in (GENERATED if args.sizes is None else args.sizes)
+    ]
+    if not args.no_real:
+        root = shared_dir() / "matrices"
+        paths = sorted((root / "suitesparse").glob("*.mtx.gz")) + sorted(
+            (root / "waco").glob("*.csr")
+        )
+        for path in paths:
+            matrix = load_matrix(path)
+            if matrix.nnz > REAL_MIN_NNZ:
+                found.append(matrix)
+    return found
+
+
+def rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
+
+
+def one_graph(matrix: Matrix, args: argparse.Namespace) -> dict:
+    adjacency = as_operand_matrix(normalized_adjacency(matrix), f"{matrix.name} (GCN)")
+    n = adjacency.shape[0]
+    gen = torch.Generator().manual_seed(args.seed)
+    features = torch.randn(n, args.features, generator=gen)
+    labels = torch.from_numpy(community_labels(adjacency.csr, args.classes, args.seed))
+    row = {"graph": matrix.name, "nodes": n, "nnz": adjacency.nnz, "source": matrix.source}
+    if not args.reuse_choices:
+        choices.forget(adjacency)
+    steps = {}
+    for backend in args.backends:
+        start = time.perf_counter()
+        options = {"widths": (args.hidden, args.classes), "verify": args.verify}
+        propagate, tuned = propagation(
+            adjacency.csr if backend != "cognate" else adjacency,
+            backend,
+            **(options if backend == "cognate" else {}),
+        )
+        if tuned is not None:
+            row["tune_s"] = time.perf_counter() - start
+            row["choices"] = sorted({c.source for c in tuned.choices.values()})
+            row["symmetric"] = tuned.symmetric
+        model = GCN(args.features, args.hidden, args.classes, args.seed)
+        steps[backend] = _epoch(model, propagate, features, labels)
+    row["check"] = _check(steps)
+    if row["check"] != "ok":
+        return row
+    timings = time_interleaved(
+        {name: step for name, step in steps.items()}, args.rounds, budget_s=args.budget
+    )
+    row["rounds"] = timings.rounds
+    row["load"] = timings.load.as_dict()
+    row["epoch_ms"] = {name: s * 1e3 for name, s in timings.seconds.items()}
+    cog, ref = timings.seconds["cognate"], timings.seconds["torch"]
+    row["speedup_vs_torch"] = ref / cog
+    row["break_even_epochs"] = _break_even(row["tune_s"], ref - cog)
+    if "torch-t" in timings.seconds:
+        ref_t = timings.seconds["torch-t"]
+        row["speedup_vs_torch_t"] = ref_t / cog
+        row["break_even_epochs_vs_torch_t"] = _break_even(row["tune_s"], ref_t - cog)
+    return row
+
+
+def _break_even(tune_s: float, saved_s: float) -> int | None:
+    """Epochs after which the one-off tuning has paid for itself (None: never)."""
+    return int(np.ceil(tune_s / saved_s)) if saved_s > 0 else None
+
+
+def _epoch(model: GCN, propagate, features: torch.Tensor, labels: torch.Tensor):
+    """One epoch's forward and backward; returns the loss and the parameters' gradients."""
+
+    def step() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(propagate, features), labels)
+        loss.backward()
+        return loss.detach(), [p.grad for p in model.parameters()]
+
+    return step
+
+
+def _check(steps: dict) -> str:
+    """ "ok" when every backend's loss and gradients match the torch backend's."""
+    want_loss, want_grads = steps["torch"]()
+    for name, step in steps.items():
+        if name == "torch":
+            continue
+        loss, grads = step()
+        errors = [rel(loss, want_loss)] + [
+            rel(g, w) for g, w in zip(grads, want_grads, strict=True)
+        ]
+        if max(errors) > TOL:
+            return f"mismatch: {name} differs from torch by {max(errors):.2e} (relative)"
+    return "ok"
+
+
+def report(rows: list[dict]) -> None:
+    print(
+        f"{'graph':28s} {'nodes':>8s} {'nnz':>9s} {'tune s':>7s} {'cognate ms':>10s}"
+        f" {'torch ms':>9s} {'torch-t ms':>10s} {'vs torch':>8s} {'vs t-t':>7s} {'break-even':>10s}"
+        f" {'b-e t-t':>8s}"
+    )
+    for r in rows:
+        if r["check"] != "ok":
+            print(f"{r['graph']:28s} {r['nodes']:8d} {r['nnz']:9d} {r['check']}")
+            continue
+        ms = r["epoch_ms"]
+        tt = f"{ms['torch-t']:10.2f}" if "torch-t" in ms else f"{'-':>10s}"
+        vt = f"{r['speedup_vs_torch_t']:6.2f}x" if "speedup_vs_torch_t" in r else f"{'-':>7s}"
+        be, be_t = r["break_even_epochs"], r.get("break_even_epochs_vs_torch_t", "-")
+        print(
+            f"{r['graph'][:28]:28s} {r['nodes']:8d} {r['nnz']:9d} {r['tune_s']:7.2f}"
+            f" {ms['cognate']:10.2f} {ms['torch']:9.2f} {tt} {r['speedup_vs_torch']:7.2f}x {vt}"
+            f" {'never' if be is None else be:>10} {'never' if be_t is None else be_t:>8}"
+        )
+    good = [r for r in rows if r["check"] == "ok"]
+    for key, peer in (
+        ("speedup_vs_torch", "torch.sparse.mm (plain autograd)"),
+        ("speedup_vs_torch_t", "torch.sparse.mm with A^T built once"),
+    ):
+        ratios = [r[key] for r in good if key in r]
+        if ratios:
+            print(
+                f"geomean speedup vs {peer}: {geomean(ratios):.2f}x over {len(ratios)} graphs"
+                f" (min {min(ratios):.2f}x, max {max(ratios):.2f}x)"
+            )
+    never = [r["graph"] for r in good if r.get("break_even_epochs_vs_torch_t", 0) is None]
+    if never:
+        print(f"tuning never pays back against torch-t on: {', '.join(never)}")
+    busy = [r["graph"] for r in good if r["load"]["unreliable"]]
+    if busy:
+        print(f"timings unreliable (machine busy) for: {', '.join(busy)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    print(
+        f"torch {torch.__version__}, {torch.get_num_threads()} torch threads; hidden"
+        f" {args.hidden}, features {args.features}, classes {args.classes}, rounds {args.rounds}",
+        flush=True,
+    )
+    rows = []
+    for matrix in graphs(args):
+        start = time.perf_counter()
+        rows.append(one_graph(matrix, args))
+        print(f"  {matrix.name}: done in {time.perf_counter() - start:.1f} s", flush=True)
+    report(rows)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=2)
+    return 0 if all(r["check"] == "ok" for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
