@@ -1,5 +1,5 @@
 """Training data from the record store: a store's ok records of one space, grouped per
-(matrix, width) as ``MatrixRuns``, with each matrix re-loaded from its source file and
+(matrix, width, host) as ``MatrixRuns`` (``runs_per_host``), with each matrix re-loaded from its source file and
 checked against the hash it was measured with. ``pretrain``, ``finetune`` and
 ``evaluate`` all read their records through here."""
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from cognate.errors import CognateError
 
 if TYPE_CHECKING:  # pandas and torch load only when records are read
-    from collections.abc import Collection
+    from collections.abc import Callable, Collection
 
     import pandas as pd
 
@@ -22,10 +22,10 @@ if TYPE_CHECKING:  # pandas and torch load only when records are read
 
 def load_record_matrix(row: pd.Series) -> Matrix:
     """Re-load a record's matrix from its source file and check it is the one measured."""
-    from cognate.dataset import local_source  # imported records name portable sources
+    from cognate.dataset import record_matrix_file  # portable sources; regenerates corpus
     from cognate.io import load_matrix
 
-    source = local_source(str(row["source"]))
+    source = record_matrix_file(str(row["source"]), str(row["matrix_sha256"]))
     if not source or not Path(source).is_file():
         raise CognateError(
             f"matrix {row['matrix']}: its source {source!r} is not a readable file "
@@ -40,9 +40,47 @@ def load_record_matrix(row: pd.Series) -> Matrix:
 def load_runs(
     db: Path, space: Space, max_nnz: int | None = None, matrices: Collection[str] | None = None
 ) -> list[MatrixRuns]:
-    """The store's ok records for ``space`` (versions it accepts), grouped per matrix and width;
-    ``max_nnz``: only matrices with at most that many nonzeros; ``matrices``: only those
-    sha256s (the others are never read)."""
+    """The store's ok records for ``space`` (versions it accepts), grouped per matrix, width
+    and host; ``max_nnz``: only matrices with at most that many nonzeros; ``matrices``: only
+    those sha256s (the others are never read)."""
+    return runs_per_host(record_frame(db, space, max_nnz, matrices), space, load_record_matrix)
+
+
+def runs_per_host(
+    frame: pd.DataFrame, space: Space, load: Callable[[pd.Series], Matrix]
+) -> list[MatrixRuns]:
+    """One ``MatrixRuns`` per (matrix, width, host), sorted by (matrix, width, host).
+
+    Why per host: two cpu hosts time the same config 1.35x apart, so a label must be a
+    speedup over the same host's baseline for the same matrix. Training pairs are formed
+    within one ``MatrixRuns``, so a ranking pair never mixes two hosts, and no runtime is a
+    median across hosts. A matrix measured on two hosts is two ranking tasks; it still
+    belongs to one split (splits go by matrix). Each matrix file is read once.
+    """
+    from cognate.model.train import runs_from_frame
+
+    loaded: dict[str, Matrix] = {}
+
+    def load_once(row: pd.Series) -> Matrix:
+        sha = row["matrix_sha256"]
+        if sha not in loaded:
+            loaded[sha] = load(row)
+        return loaded[sha]
+
+    if "host" not in frame:  # a frame built without hosts: one host
+        return runs_from_frame(frame, space, load)
+    runs = []
+    for _host, part in frame.groupby("host", sort=True):
+        runs += runs_from_frame(part, space, load_once)
+    # stable: within one (matrix, width) the hosts keep their sorted order
+    return sorted(runs, key=lambda r: (r.key, r.width))
+
+
+def record_frame(
+    db: Path, space: Space, max_nnz: int | None = None, matrices: Collection[str] | None = None
+) -> pd.DataFrame:
+    """The records ``load_runs`` groups, as a frame, without reading any matrix: a caller
+    that picks matrices by their keys first reads only the ones it picked."""
     from cognate.store import Store  # the store pulls in pandas/sqlite: only when needed
 
     if not db.is_file():
@@ -66,6 +104,4 @@ def load_runs(
         current = current[current["matrix_sha256"].isin(set(matrices))]
         if current.empty:
             raise CognateError(f"{db}: no {space.name} records of the matrices asked for")
-    from cognate.model.train import runs_from_frame
-
-    return runs_from_frame(current, space, load_record_matrix)
+    return current

@@ -107,6 +107,7 @@ def quick_out(tmp_path_factory: pytest.TempPathFactory, shared: Path) -> Path:
     out = tmp_path_factory.mktemp("evaluate") / "quick"
     result = CliRunner().invoke(main, ["evaluate", "--quick", "--out", str(out)])
     assert result.exit_code == 0, result.output
+    (out / "cli-output.txt").write_text(result.output)  # the progress lines, for a test
     return out
 
 
@@ -134,8 +135,16 @@ def test_quick_writes_report_plots_and_results(quick_out: Path) -> None:
         "featurizer: a fixed, seeded random sparse-conv embedding",
         "NT-K (target only): the same network without the source; its featurizer starts at a "
         "seeded random init and stays there",
-        "TL + portfolio-3",
-        "#### TL-3 + portfolio",
+        "TL-3 + portfolio (all 7 training matrices)",
+        "#### TL-3 + portfolio of all 7 training matrices",
+        "### At equal target data: TL-K and NT-K against fixed-K",
+        "Does TL-3 (top-1) beat fixed-K (K=3)?",
+        "Does NT-1 (best of top-5) beat fixed-K 5-set (K=1)?",
+        "| fixed-1 |",
+        "| TL-3 + K portfolio (its 3 fine-tuning matrices) |",
+        "Does TL-3 + K portfolio (best of top-5) beat fixed-K 5-set (K=3)?",
+        "`TL-3 + K portfolio`: TL-3's model with the greedy fixed set of its own 3",
+        "### Against non-learned baselines chosen on all 7 training matrices",
         "fine-tunes, all trained by this run",
         "Headroom: on these test matrices the best fixed config reaches",
     ):
@@ -162,6 +171,23 @@ def test_quick_writes_report_plots_and_results(quick_out: Path) -> None:
         assert c["ratio_top5"]["low"] <= c["ratio_top5"]["mean"] <= c["ratio_top5"]["high"]
 
 
+def test_quick_fixed_k_rows_pair_with_tl_and_nt_and_progress_has_an_eta(quick_out: Path) -> None:
+    res = json.loads((quick_out / "results.json").read_text())["ops"]["spmm"]
+    fixed = [c for c in res["cells"] if c["variant"] == "fixed"]
+    assert {(c["k"], c["seed"]) for c in fixed} == {(k, s) for k in (1, 3) for s in (0, 1, 2)}
+    draws = {(c["k"], c["seed"]): c["finetune_matrices"] for c in fixed}
+    for cell in res["cells"]:
+        if cell["variant"] in ("TL", "NT"):  # the same K matrices as the lookup of its seed
+            assert sorted(cell["chosen"]["finetune_matrices"]) == draws[(cell["k"], cell["seed"])]
+    for c in fixed:
+        for scores in c["test"].values():
+            assert scores["top1"] <= scores["top5"] <= scores["oracle"] + 1e-12
+    output = (quick_out / "cli-output.txt").read_text()
+    cells = re.findall(r"spmm \[(\d+)/(\d+)\] .*: validation .*elapsed \S+, ETA (\S+)\)", output)
+    assert cells and int(cells[-1][0]) == int(cells[-1][1]) and cells[-1][2] == "0m00s"
+    assert "  fine-tune 2/2 (freeze_featurizer True, lr 0.002)" in output
+
+
 def test_quick_portfolio_size_is_the_best_on_validation(quick_out: Path) -> None:
     res = json.loads((quick_out / "results.json").read_text())["ops"]["spmm"]
     cells = [c for c in res["cells"] if c["variant"] == "TL" and c["k"] == 3]
@@ -184,7 +210,9 @@ def test_quick_split_hygiene(quick_out: Path) -> None:
     assert test and val and not (test & val) and not (test & train) and not (val & train)
     assert not (set(res["source_matrices"]) & (test | val))  # pretraining never saw them
     for cell in res["cells"]:
-        assert set(cell["chosen"]["finetune_matrices"]) <= train
+        # fixed-K rows: a lookup of the K matrices, no model (so no "chosen" candidate)
+        used = cell["chosen"] if "chosen" in cell else cell
+        assert set(used["finetune_matrices"]) <= train
         assert set(cell["test"]) == test
     for saved in (quick_out / "models").glob("*.json"):
         if not saved.name.endswith(".test.json"):
@@ -448,7 +476,7 @@ def test_baseline_answers_call_a_ci_at_one_a_tie() -> None:
     assert verdict(0.99, 1.001, 1.01) == "Not conclusively (the CI spans 1)"
 
 
-# --- ablations at several K, and the random-featurizer source model (issue 18 item 3) -------
+# --- ablations at several K, and the random-featurizer source model -------
 
 
 def test_quick_runs_the_ablations_at_every_k_and_answers_them(quick_out: Path) -> None:

@@ -1,4 +1,4 @@
-"""The evaluation harness behind ``cognate evaluate`` (docs/architecture.md, Evaluation protocol, issue 8)."""
+"""The evaluation harness behind ``cognate evaluate`` (docs/architecture.md, Evaluation protocol)."""
 
 from cognate.evaluate.preset import ExperimentPreset, load_experiment, preset_names
 from cognate.evaluate.run import run_evaluation

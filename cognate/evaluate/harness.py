@@ -1,4 +1,4 @@
-"""Running the evaluation protocol (docs/architecture.md, Evaluation protocol, issue 8).
+"""Running the evaluation protocol (docs/architecture.md, Evaluation protocol).
 
 Per op: the target's matrices are split once (``split_seed``) into train / validation /
 test by matrix. The source model is pretrained on the source records minus the target's
@@ -20,6 +20,7 @@ import itertools
 import json
 import math
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
@@ -31,6 +32,7 @@ import torch
 
 from cognate.config import Config
 from cognate.errors import CognateError
+from cognate.evaluate import baselines
 from cognate.evaluate.preset import (
     ABLATIONS,
     FEATURIZER,
@@ -55,6 +57,7 @@ from cognate.transfer.finetune import (
     EmbeddingCache,
     FinetuneOptions,
     finetune,
+    pick_matrices,
     split_target,
     transfer_encoder,
 )
@@ -71,6 +74,14 @@ def picked_variant(selection: str) -> str:
 
 TL_ACTIVE = picked_variant("active")
 TL_PORTFOLIO = "TL + portfolio"
+# TL-K's model with a portfolio greedy-chosen on its own K fine-tuning matrices, its size
+# and anchor chosen on validation: the validation picks the learned ranking (size 0), the
+# fixed-K lookup (the greedy order kept) or a blend, with no more target data than TL-K.
+TL_K_PORTFOLIO = "TL + K portfolio"
+# The K-matched lookup: per (K, seed), the best fixed config (top-1) and the greedy fixed
+# 5-set (best of 5) chosen on the same K training matrices TL-K and NT-K of that seed
+# fine-tune on. Its rows read "fixed-K"; nothing is trained.
+FIXED_K = "fixed"
 
 
 # --- data ----------------------------------------------------------------------------------
@@ -159,6 +170,8 @@ class OpData:
     shortfalls: list[str] = field(default_factory=list)  # below the preset's data minimum
     # target matrices left out: measured on a sample of the space only (target_all_configs)
     sampled: int = 0
+    # matrices left out for having more nonzeros than ``max_nnz``: {"target": n, "source": n}
+    over_max_nnz: dict[str, int] = field(default_factory=dict)
 
     def names(self, keys: Sequence[str]) -> list[str]:
         by_key = {r.key: r.matrix.name for r in self.runs}
@@ -173,18 +186,37 @@ class OpData:
         return [r for r in self.runs if r.key in test and r.baseline is not None]
 
 
-def prepare_op(db: Path, preset: ExperimentPreset, op: str, log: Log) -> OpData:
+def prepare_op(
+    db: Path, preset: ExperimentPreset, op: str, log: Log, max_nnz: int | None = None
+) -> OpData:
+    """``max_nnz``: matrices with more nonzeros are left out of the target and the source
+    (decided from the store, so their files are never read) and counted."""
     target = get_target(preset.target)
     space = target.space(op)
     measured = measured_configs(db, space, preset.width)
+    over = {"target": 0, "source": 0}
+    if max_nnz is not None:
+        big = over_nnz(db, space, max_nnz)
+        over["target"] = len(set(measured) & big)
+        measured = {k: v for k, v in measured.items() if k not in big}
+        if not measured:
+            raise CognateError(f"{op}: no {space.name} matrix has <= {max_nnz} nnz")
+        if over["target"]:
+            log(f"{op}: {over['target']} target matrices with > {max_nnz} nnz left out")
     complete, sampled = _complete_matrices(measured, space, preset)
+    if complete is None and max_nnz is not None:
+        complete = set(measured)
     runs = _at_width(load_op_runs(db, space, matrices=complete), space, preset)
     if sampled:
         log(f"{op}: {sampled} target matrices measured on a sample of the space left out")
     train_keys, val_keys, test_keys = split_target(
         [r.key for r in runs], preset.val_fraction, preset.test_fraction, preset.split_seed
     )
-    name, src_space, src_runs = _source(db, preset, op, log)
+    name, src_space, src_runs = _source(db, preset, op, log, max_nnz)
+    if max_nnz is not None:
+        over["source"] = len(
+            set(measured_configs(db, src_space)) & over_nnz(db, src_space, max_nnz)
+        )
     kept = {r.key for r in runs}
     short = shortfalls(
         preset,
@@ -205,8 +237,28 @@ def prepare_op(db: Path, preset: ExperimentPreset, op: str, log: Log) -> OpData:
     if len({r.key for r in src_runs}) < 2:
         raise CognateError(f"{op}: fewer than 2 source matrices outside the target's held-out ones")
     return OpData(
-        op, space, runs, train_keys, val_keys, test_keys, name, src_space, src_runs, short, sampled
+        op,
+        space,
+        runs,
+        train_keys,
+        val_keys,
+        test_keys,
+        name,
+        src_space,
+        src_runs,
+        short,
+        sampled,
+        over if max_nnz is not None else {},
     )
+
+
+def over_nnz(db: Path, space: Space, max_nnz: int) -> set[str]:
+    """The sha256s of ``space``'s matrices in the store with more than ``max_nnz`` nonzeros."""
+    from cognate.store import Store
+
+    with Store(db, readonly=True) as store:
+        frame = store.frame(target=space.target, op=space.op)
+    return set(frame.loc[frame["nnz"] > max_nnz, "matrix_sha256"])
 
 
 def _complete_matrices(
@@ -271,14 +323,20 @@ def shortfalls(
     return out
 
 
-def _source(db: Path, preset: ExperimentPreset, op: str, log: Log) -> tuple[str, Space, list]:
+def _source(
+    db: Path, preset: ExperimentPreset, op: str, log: Log, max_nnz: int | None = None
+) -> tuple[str, Space, list]:
     """The pretraining records: the source target's records of ``op``, else (stand-in or
-    fallback) the evaluated target's other op."""
+    fallback) the evaluated target's other op; matrices above the smaller of the preset's
+    ``source_max_nnz`` and ``max_nnz`` left out."""
+    limits = [n for n in (preset.source_max_nnz, max_nnz) if n is not None]
+    limit = min(limits) if limits else None
+    words = f" (matrices <= {limit} nnz)" if limit is not None else ""
     if preset.source != OTHER_OP:
         space = get_target(preset.source).space(op)
         try:
-            runs = load_op_runs(db, space, preset.source_max_nnz)
-            return f"{preset.source} {op}{_nnz_words(preset)}", space, runs
+            runs = load_op_runs(db, space, limit)
+            return f"{preset.source} {op}{words}", space, runs
         except CognateError as err:
             if preset.source_fallback == "none":
                 raise CognateError(f"no {preset.source} {op} source records: {err}") from None
@@ -290,19 +348,15 @@ def _source(db: Path, preset: ExperimentPreset, op: str, log: Log) -> tuple[str,
     space = get_target(preset.target).space(other)
     why = f": no {preset.source} records" if preset.source != OTHER_OP else ""
     return (
-        f"{preset.target} {other} (stand-in source{why}){_nnz_words(preset)}",
+        f"{preset.target} {other} (stand-in source{why}){words}",
         space,
-        load_op_runs(db, space, preset.source_max_nnz),
+        load_op_runs(db, space, limit),
     )
 
 
 def _kept(measured: dict[str, set[str]], runs: Sequence[MatrixRuns]) -> dict[str, set[str]]:
     keys = {r.key for r in runs}
     return {k: v for k, v in measured.items() if k in keys}
-
-
-def _nnz_words(preset: ExperimentPreset) -> str:
-    return f" (matrices <= {preset.source_max_nnz} nnz)" if preset.source_max_nnz else ""
 
 
 # --- models --------------------------------------------------------------------------------
@@ -448,6 +502,72 @@ def random_pick(runs: Sequence[MatrixRuns]) -> dict[str, float]:
     }
 
 
+# --- K-matched fixed configs ---------------------------------------------------------------
+
+
+def fixed_k_draw(data: OpData, k: int, seed: int) -> list[str]:
+    """The K training matrices (sha256s) a random-selection TL-K / NT-K cell of ``seed``
+    fine-tunes on: the same draw finetune() makes from the same split."""
+    return pick_matrices(data.train, k, seed)
+
+
+def fixed_k_results(data: OpData, preset: ExperimentPreset, k_best: int = 5) -> list[dict]:
+    """Per (K, seed) of the TL / NT cells: the best fixed config (top1) and the greedy fixed
+    ``k_best``-set (top5) chosen on that cell's K fine-tuning matrices, scored on the test
+    matrices like a cell (variant ``FIXED_K``). Nothing is trained: a lookup with the same
+    target data the learned rows had."""
+    by_key = {r.key: r for r in data.train_runs()}
+    test = data.test_runs()
+    oracle = {r.matrix.name: float(r.runtimes[r.baseline] / r.runtimes.min()) for r in test}
+    out = []
+    for seed in preset.seeds:
+        for k in sorted({min(k, len(data.train)) for k in preset.matrices}):
+            picked = fixed_k_draw(data, k, seed)
+            runs = [by_key[key] for key in picked if key in by_key]
+            picks = baselines.fixed_picks(runs, test, k_best)
+            scores = {
+                name: {"top1": picks.top1[name], "top5": picks.topk[name], "oracle": best}
+                for name, best in oracle.items()
+            }
+            chosen = baselines.greedy_fixed_set(runs, k_best)
+            out.append(
+                {
+                    "variant": FIXED_K,
+                    "k": k,
+                    "seed": seed,
+                    "finetune_matrices": data.names(picked),
+                    "configs": [_knobs_of(runs, h) for h in chosen],
+                    "test": scores,
+                }
+            )
+    return out
+
+
+def _knobs_of(runs: Sequence[MatrixRuns], config_hash: str) -> dict[str, Any]:
+    for run in runs:
+        for config in run.configs:
+            if config.hash == config_hash:
+                return dict(config.knobs)
+    raise KeyError(config_hash)
+
+
+def check_fixed_k_pairing(
+    cells_done: Sequence[dict[str, Any]], fixed: Sequence[dict[str, Any]]
+) -> None:
+    """Each random-selection TL / NT cell fine-tuned on the matrices its fixed-K row was
+    chosen on; a mismatch would unpair the comparison, so it stops the run."""
+    draws = {(f["k"], f["seed"]): f["finetune_matrices"] for f in fixed}
+    for cell in cells_done:
+        if cell["variant"] not in (TL, NT) or (cell["k"], cell["seed"]) not in draws:
+            continue
+        used = sorted(cell["chosen"]["finetune_matrices"])
+        if used != draws[(cell["k"], cell["seed"])]:
+            raise CognateError(
+                f"{cell['variant']}-{cell['k']} seed {cell['seed']} fine-tuned on other "
+                "matrices than its fixed-K draw; the K-matched comparison would not be paired"
+            )
+
+
 # --- cells ---------------------------------------------------------------------------------
 
 
@@ -528,12 +648,22 @@ def run_cell(
     models: Path,
     digest: str,
     cache: EmbeddingCache | None = None,
+    log: Log | None = None,
 ) -> dict[str, Any]:
     """Fine-tune every candidate, select on validation, score the chosen one on test once.
-    ``cache`` shares frozen-featurizer embeddings between fine-tunes (same numbers)."""
-    candidates = [
-        _finetuned(data, pretrained, opts, models, digest, cache) for opts in _options(preset, cell)
-    ]
+    ``cache`` shares frozen-featurizer embeddings between fine-tunes (same numbers); ``log``
+    gets a line per fine-tune (a long cell is not silent)."""
+    options = _options(preset, cell)
+    candidates = []
+    for i, opts in enumerate(options, start=1):
+        started = time.time()
+        candidates.append(_finetuned(data, pretrained, opts, models, digest, cache))
+        if log is not None:
+            how = "reused" if candidates[-1].reused else f"{time.time() - started:.1f}s"
+            log(
+                f"  fine-tune {i}/{len(options)} (freeze_featurizer {opts.freeze_featurizer}, "
+                f"lr {opts.lr:g}): {how}"
+            )
     chosen = select_candidate(candidates, preset.select.metric)
     test_path = models / f"{chosen.key}.test.json"
     if test_path.is_file():
@@ -553,22 +683,33 @@ def run_cell(
     portfolio_ks = {min(k, len(data.train)) for k in preset.portfolio_matrices}
     if cell.variant == TL and cell.k in portfolio_ks:
         result["portfolio"] = portfolio_test(data, chosen, models, cache)
+        names = chosen.finetune_matrices
+        result["k_portfolio"] = portfolio_test(data, chosen, models, cache, names)
     return result
 
 
 def portfolio_test(
-    data: OpData, chosen: Candidate, models: Path, cache: EmbeddingCache | None
+    data: OpData,
+    chosen: Candidate,
+    models: Path,
+    cache: EmbeddingCache | None,
+    greedy_from: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """The chosen model with a portfolio (the greedy fixed set of all training matrices, as
-    the baselines are chosen; its size chosen on validation), scored on test once."""
+    the baselines are chosen, or with ``greedy_from`` of those matrices (names) only; its
+    size and anchor chosen on validation), scored on test once."""
     # holds test numbers: named so; "anchored": files of unanchored portfolios are stale
-    path = models / f"{chosen.key}.anchored-portfolio.test.json"
+    kind = "anchored-portfolio" if greedy_from is None else "k-portfolio"
+    path = models / f"{chosen.key}.{kind}.test.json"
     if path.is_file():
         return json.loads(path.read_text())
     model = CostModel.load(chosen.path, data.space)
     validation = set(data.validation)
     val_runs = [r for r in data.runs if r.key in validation and r.baseline is not None]
-    entry = choose_portfolio(model, data.train_runs(), val_runs, k=5)
+    train = data.train_runs()
+    if greedy_from is not None:
+        train = [r for r in train if r.matrix.name in set(greedy_from)]
+    entry = choose_portfolio(model, train, val_runs, k=5)
     configs = [data.space.validate(knobs) for knobs in entry["configs"]]
     anchor = portfolio_anchor({PORTFOLIO_KEY: entry})
     test = score_test(chosen.path, data.space, data.test_runs(), cache, configs, anchor)
@@ -580,20 +721,45 @@ def portfolio_test(
     return out
 
 
-def portfolio_results(results: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The TL cells' portfolio scores as cells of their own (variant ``TL_PORTFOLIO``)."""
-    return [
-        {
-            "variant": TL_PORTFOLIO,
-            "k": r["k"],
-            "seed": r["seed"],
-            "portfolio_size": r["portfolio"]["size"],
-            "portfolio_order": "fixed"
-            if r["portfolio"]["fixed_order"]
-            else (f"anchor {r['portfolio']['anchor'] / r['portfolio']['anchor_unit']:g}"),
-            "chosen": r["chosen"],
-            "test": r["portfolio"]["test"],
-        }
-        for r in results
-        if "portfolio" in r
-    ]
+def portfolio_results(
+    results: Sequence[dict[str, Any]], n_train: int | None = None
+) -> list[dict[str, Any]]:
+    """The TL cells' portfolio scores as cells of their own (variant ``TL_PORTFOLIO``),
+    labelled with the data the portfolio was chosen on (all ``n_train`` training matrices,
+    not the cell's K)."""
+    data = f"all {n_train} training matrices" if n_train else None
+    out = []
+    for key, variant in (("portfolio", TL_PORTFOLIO), ("k_portfolio", TL_K_PORTFOLIO)):
+        for r in results:
+            if key not in r:
+                continue
+            label = data if variant == TL_PORTFOLIO else f"its {r['k']} fine-tuning matrices"
+            out.append(
+                {
+                    "variant": variant,
+                    **({"data": label} if label else {}),
+                    "k": r["k"],
+                    "seed": r["seed"],
+                    "portfolio_size": r[key]["size"],
+                    "portfolio_order": _order_words(r[key]),
+                    "chosen": r["chosen"],
+                    "test": r[key]["test"],
+                }
+            )
+    return out
+
+
+def _order_words(portfolio: dict[str, Any]) -> str:
+    if portfolio["fixed_order"]:
+        return "fixed"
+    return f"anchor {portfolio['anchor'] / portfolio['anchor_unit']:g}"
+
+
+def chooser_words(entry: dict[str, Any]) -> str:
+    """What a validated portfolio chose, in the tuner's terms: the learned ranking (no
+    portfolio), the fixed lookup (greedy order kept) or a blend."""
+    if entry["portfolio_size"] == 0:
+        return "learned"
+    if entry["portfolio_order"] == "fixed":
+        return f"fixed ({entry['portfolio_size']} configs)"
+    return f"blend ({entry['portfolio_size']} configs, {entry['portfolio_order']})"

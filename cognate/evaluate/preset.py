@@ -83,7 +83,7 @@ class ExperimentPreset(_Strict):
     collect: CollectSpec | None = None
     # The target's records of this dense width only (None: every width the store holds).
     width: int | None = Field(None, ge=1)
-    # The data the protocol needs (issue 8): >= min_matrices source matrices with >=
+    # The data the protocol needs: >= min_matrices source matrices with >=
     # min_configs measured configs each and >= min_matrices target matrices. With
     # target_all_configs only target matrices measured on every config of the space are
     # evaluated (the oracle needs them); the others are left out and counted in the report.

@@ -8,7 +8,16 @@ from typing import Any
 
 import numpy as np
 
-from cognate.evaluate.harness import NT, TL, TL_ACTIVE, TL_PORTFOLIO, ZERO_SHOT, picked_variant
+from cognate.evaluate.harness import (
+    FIXED_K,
+    NT,
+    TL,
+    TL_ACTIVE,
+    TL_K_PORTFOLIO,
+    TL_PORTFOLIO,
+    ZERO_SHOT,
+    picked_variant,
+)
 from cognate.evaluate.preset import ABLATIONS
 from cognate.evaluate.stats import Estimate, bootstrap_ci, mean_of_geomeans, mean_of_ratio
 from cognate.transfer.select import PICKERS
@@ -50,6 +59,7 @@ def summarize(cell_results: list[dict[str, Any]], n_boot: int) -> list[dict[str,
             {
                 "variant": variant,
                 "k": k,
+                **({"data": entries[0]["data"]} if "data" in entries[0] else {}),
                 "seeds": [e["seed"] for e in entries],
                 "matrices": names,
                 "estimates": {m: vars(e) for m, e in estimates.items()},
@@ -199,6 +209,89 @@ def transfer_answers(rows: list[dict[str, Any]], tl_k: int, n_boot: int) -> list
     return lines
 
 
+def paired_with(mine: dict[str, Any], theirs: dict[str, Any]) -> bool:
+    """Two rows are paired when they hold the same seeds (hence draws) and test matrices."""
+    return mine["seeds"] == theirs["seeds"] and mine["matrices"] == theirs["matrices"]
+
+
+# the rows paired with fixed-K at their K: the learned rankings, and TL-K's model with its
+# validated K portfolio (learned, fixed-K or a blend, chosen on validation)
+COMPARED_WITH_FIXED_K = (TL, NT, TL_K_PORTFOLIO)
+
+
+def _name_at_k(variant: str, k: int) -> str:
+    if variant == TL_K_PORTFOLIO:
+        return f"TL-{k} + K portfolio"
+    return f"{variant}-{k}"
+
+
+def fixed_k_comparison(rows: list[dict[str, Any]], n_boot: int) -> list[dict[str, Any]]:
+    """Per K: fixed-K (the best fixed config and greedy 5-set of the K fine-tuning matrices)
+    and the paired ratios TL-K / fixed-K and NT-K / fixed-K (top-1 against the fixed config,
+    best of 5 against the 5-set): same seeds, same draws of the K matrices, same test set."""
+    out = []
+    for fixed in sorted((r for r in rows if r["variant"] == FIXED_K), key=lambda r: r["k"]):
+        entry: dict[str, Any] = {
+            "k": fixed["k"],
+            "top1": fixed["estimates"]["top1"],
+            "top5": fixed["estimates"]["top5"],
+            "pct_top1": fixed["estimates"]["pct_top1"],
+            "pct_top5": fixed["estimates"]["pct_top5"],
+        }
+        for variant in COMPARED_WITH_FIXED_K:
+            learned = _find(rows, variant, fixed["k"])
+            if learned is None or not paired_with(learned, fixed):
+                continue  # not paired: no claim
+            for metric in ("top1", "top5"):
+                e = _paired(learned, fixed, metric, n_boot)
+                entry[f"{variant}_{metric}"] = vars(e)
+        out.append(entry)
+    return out
+
+
+def fixed_k_table(comparison: list[dict[str, Any]]) -> str:
+    head = (
+        "| K | fixed-K top-1 | fixed-K 5-set (best of 5) | TL-K / fixed-K (top-1) | "
+        "TL-K / fixed-K 5-set (best of 5) | NT-K / fixed-K (top-1) | "
+        "NT-K / fixed-K 5-set (best of 5) |"
+    )
+    lines = [head, "|" + "---|" * 7]
+    for c in comparison:
+        cells = [
+            f"{Estimate(**c[m]).text()} ({Estimate(**c['pct_' + m]).mean:.1%} of oracle)"
+            for m in ("top1", "top5")
+        ]
+        cells += [
+            Estimate(**c[f"{v}_{m}"]).text() if f"{v}_{m}" in c else "n/a"
+            for v in (TL, NT)
+            for m in ("top1", "top5")
+        ]
+        lines.append(f"| {c['k']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def fixed_k_answers(comparison: list[dict[str, Any]]) -> list[str]:
+    """Plainly, per K: does TL-K (and NT-K) beat the lookup with the same K matrices?"""
+    lines = []
+    for c in comparison:
+        for variant in COMPARED_WITH_FIXED_K:
+            for metric, what, label in (
+                ("top1", "top-1", "fixed-K"),
+                ("top5", "best of top-5", "fixed-K 5-set"),
+            ):
+                key = f"{variant}_{metric}"
+                if key not in c:
+                    continue
+                e = Estimate(**c[key])
+                name = _name_at_k(variant, c["k"])
+                lines.append(
+                    f"Does {name} ({what}) beat {label} (K={c['k']})? "
+                    f"**{paired_verdict(e)}**: {name} / fixed {e.text()} (paired: same "
+                    "seeds, same K matrices, same test matrices)."
+                )
+    return lines
+
+
 # --- non-learned baselines ----------------------------------------------------------------
 
 BASELINE_LABELS = {
@@ -233,9 +326,12 @@ def baseline_comparison(
     return out
 
 
-def baseline_table(comparison: list[dict[str, Any]], learned_label: str) -> str:
+def baseline_table(
+    comparison: list[dict[str, Any]], learned_label: str, n_train: int | None = None
+) -> str:
+    data = f"all {n_train} training matrices" if n_train else "all training matrices"
     head = (
-        f"| baseline (chosen on training matrices) | top-1 | best of 5 | "
+        f"| baseline (chosen on {data}) | top-1 | best of 5 | "
         f"{learned_label} top-1 / baseline top-1 | {learned_label} top-5 / baseline top-5 |"
     )
     lines = [head, "|" + "---|" * 5]
@@ -287,7 +383,15 @@ def baseline_answers(comparison: list[dict[str, Any]], learned_label: str) -> li
 
 
 def _row_label(row: dict[str, Any]) -> str:
-    return row["variant"] if row["variant"] == ZERO_SHOT else f"{row['variant']}-{row['k']}"
+    if row["variant"] == ZERO_SHOT:
+        return row["variant"]
+    if row["variant"] == TL_PORTFOLIO:  # "TL-5 + portfolio (...)": K is TL's, not the portfolio's
+        label = f"{TL}-{row['k']} + portfolio"
+    elif row["variant"] == TL_K_PORTFOLIO:
+        label = _name_at_k(TL_K_PORTFOLIO, row["k"])
+    else:
+        label = f"{row['variant']}-{row['k']}"
+    return f"{label} ({row['data']})" if row.get("data") else label
 
 
 def markdown_table(rows: list[dict[str, Any]], floor: Estimate | None) -> str:
@@ -303,7 +407,14 @@ def markdown_table(rows: list[dict[str, Any]], floor: Estimate | None) -> str:
 
 
 def ordered(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    rank = {TL: 0, TL_PORTFOLIO: 1, NT: 2, **{picked_variant(name): 1 for name in PICKERS}}
+    rank = {
+        TL: 0,
+        TL_PORTFOLIO: 1,
+        TL_K_PORTFOLIO: 1,
+        NT: 2,
+        FIXED_K: 2,
+        **{picked_variant(name): 1 for name in PICKERS},
+    }
     return sorted(rows, key=lambda r: (rank.get(r["variant"], 2), r["variant"], r["k"]))
 
 
@@ -341,7 +452,7 @@ def plot_per_matrix(row: dict[str, Any], op: str, path: Path) -> Path:
 def plot_efficiency(rows: list[dict[str, Any]], op: str, path: Path) -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
-    for variant, color in ((TL, "tab:blue"), (NT, "tab:orange")):
+    for variant, color in ((TL, "tab:blue"), (NT, "tab:orange"), (FIXED_K, "tab:gray")):
         pts = sorted((r for r in rows if r["variant"] == variant), key=lambda r: r["k"])
         if not pts:
             continue
@@ -370,7 +481,7 @@ def plot_efficiency(rows: list[dict[str, Any]], op: str, path: Path) -> Path:
     ax.minorticks_off()
     ax.set_xlabel("target matrices fine-tuned on (K)")
     ax.set_ylabel("geomean speedup over baseline (95% CI)")
-    ax.set_title(f"{op}: data efficiency, transfer (TL) vs target-only (NT)")
+    ax.set_title(f"{op}: data efficiency: transfer (TL), target-only (NT), fixed-K lookup")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -88,22 +88,28 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
     for featurizer in sorted({c.featurizer for c in todo} - {None}):
         sources[featurizer] = harness.pretrained_model(data, preset, models, log, featurizer)
     results = []
+    op_started = time.time()
     with _progress() as progress:
         task = progress.add_task(data.op, total=len(todo))
         for i, cell in enumerate(todo, start=1):
             name = f"{data.op} {cell.variant} K={cell.k} seed {cell.seed}"
             progress.update(task, description=name)
+            log(f"{data.op} [{i}/{len(todo)}] {cell.variant} K={cell.k} seed {cell.seed} ...")
             started = time.time()
             source = sources[cell.featurizer]
-            result = harness.run_cell(data, preset, cell, source, models, digest, cache)
+            result = harness.run_cell(data, preset, cell, source, models, digest, cache, log)
             results.append(result)
             progress.advance(task)
             val = result["chosen"]["validation"][preset.select.metric]
             log(
                 f"{data.op} [{i}/{len(todo)}] {cell.variant} K={cell.k} seed {cell.seed}: "
-                f"validation {preset.select.metric} {val:.3f} ({time.time() - started:.1f}s)"
+                f"validation {preset.select.metric} {val:.3f} ({time.time() - started:.1f}s; "
+                f"{progress_words(i, len(todo), time.time() - op_started)})"
             )
-    results += harness.portfolio_results(results)
+    results += harness.portfolio_results(results, len(data.train))
+    fixed = harness.fixed_k_results(data, preset)
+    harness.check_fixed_k_pairing(results, fixed)
+    results += fixed
     log(f"{data.op}: embeddings {cache.hits} reused, {cache.misses} computed")
     fine_tunes = {
         "total": sum(r["candidates"] for r in results if "candidates" in r),
@@ -111,7 +117,7 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
     }
     floor = harness.random_pick(data.test_runs())
     rows = report.ordered(report.summarize(results, preset.bootstrap))
-    log(f"{data.op}: non-learned baselines (chosen on the {len(data.train)} training matrices)")
+    log(f"{data.op}: non-learned baselines (chosen on all {len(data.train)} training matrices)")
     picks = baselines.all_baselines(data.space, data.train_runs(), data.test_runs(), k=5)
     k = tl_k(preset, rows)
     learned = next((r for r in rows if r["variant"] == TL and r["k"] == k), None)
@@ -131,6 +137,7 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
         "source_matrices": sorted({r.matrix.name for r in data.source_runs}),
         "shortfalls": data.shortfalls,
         "sampled_left_out": data.sampled,
+        "over_max_nnz": data.over_max_nnz,
         "pretrained": pretrained.name,
         "pretrained_ablations": {k: v.name for k, v in sources.items() if k is not None},
         "cells": results,
@@ -144,6 +151,21 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
             else None
         ),
     }
+
+
+def progress_words(done: int, total: int, elapsed_s: float) -> str:
+    """Progress as "elapsed 12m03s, ETA 40m10s": the ETA extrapolates this run's mean time
+    per cell (cells reused from an earlier run make it optimistic at first)."""
+    eta = elapsed_s / done * (total - done) if done else float("nan")
+    return f"elapsed {_clock(elapsed_s)}, ETA {_clock(eta)}"
+
+
+def _clock(seconds: float) -> str:
+    if seconds != seconds:
+        return "?"
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
 def _sizes(data: OpData) -> dict[str, Any]:
@@ -163,20 +185,27 @@ def _sizes(data: OpData) -> dict[str, Any]:
 
 
 def run_evaluation(
-    preset: ExperimentPreset, db: Path | None, out: Path, command: str, log: Log
+    preset: ExperimentPreset,
+    db: Path | None,
+    out: Path,
+    command: str,
+    log: Log,
+    max_nnz: int | None = None,
 ) -> Path:
-    """Run the whole protocol; returns the path of report.md."""
+    """Run the whole protocol; returns the path of report.md. ``max_nnz``: matrices with
+    more nonzeros are left out of the target and the source (and counted in the report)."""
     started = time.time()
     out.mkdir(parents=True, exist_ok=True)
     records = resolve_db(preset, db, out, log)
     # every op's data first: a store short of the preset's minimum is refused before any work
-    prepared = {op: harness.prepare_op(records, preset, op, log) for op in preset.ops}
+    prepared = {op: harness.prepare_op(records, preset, op, log, max_nnz) for op in preset.ops}
     ops = {op: evaluate_op(data, preset, out, log) for op, data in prepared.items()}
     results = {
         "preset": preset.model_dump(),
         "command": command,
         "git": git_revision(),
         "db": str(db) if db else None,
+        "max_nnz": max_nnz,
         "records": str(records),
         "wall_s": time.time() - started,
         "ops": ops,
@@ -232,7 +261,8 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
             f"{res['source']}, {d['source_matrices']} matrices outside the target's validation "
             f"and test splits ({d['source_records']} records, "
             f"{_span(d.get('source_configs_per_matrix'))} configs per matrix)."
-            + _sampled_words(res.get("sampled_left_out", 0), preset),
+            + _sampled_words(res.get("sampled_left_out", 0), preset)
+            + _over_nnz_words(res.get("over_max_nnz") or {}, results.get("max_nnz")),
             "",
             *[f"**Below the preset's data minimum**: {line}.\n" for line in res["shortfalls"]],
             "### Answers",
@@ -246,6 +276,7 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
             "",
             report.markdown_table(rows, floor),
             "",
+            *_fixed_k_section(res, preset),
             *_baseline_section(res, k),
         ]
         capped = sorted({m for m in preset.matrices if m > d["train"]})
@@ -264,28 +295,71 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
     return path
 
 
+def _fixed_k_section(res: dict[str, Any], preset: ExperimentPreset) -> list[str]:
+    """The K-matched comparison: the learned rows against a lookup with the same data."""
+    comparison = report.fixed_k_comparison(res["rows"], preset.bootstrap)
+    if not comparison:
+        return []
+    return [
+        "### At equal target data: TL-K and NT-K against fixed-K (test split)",
+        "",
+        "fixed-K is a lookup chosen on exactly the K training matrices TL-K and NT-K of the "
+        "same seed fine-tune on (the same draw): its top-1 is the config with the best "
+        "geomean speedup over those K matrices, its best of 5 the greedy fixed 5-set on them. "
+        "Nothing is trained. Ratios are the learned row's per-seed geomean over fixed-K's, "
+        "paired over seeds (draws) and test matrices, with a 95% bootstrap CI; above 1 the "
+        "learned ranking earns its training.",
+        "",
+        *[f"- {line}" for line in report.fixed_k_answers(comparison)],
+        "",
+        report.fixed_k_table(comparison),
+        "",
+        *_k_portfolio_words(res),
+    ]
+
+
+def _k_portfolio_words(res: dict[str, Any]) -> list[str]:
+    """What TL-K's validated K portfolio chose per seed (the tuner's choice, made on the
+    validation matrices only): learned ranking, fixed-K, or a blend of the two."""
+    cells = [c for c in res["cells"] if c["variant"] == harness.TL_K_PORTFOLIO]
+    if not cells:
+        return []
+    by_k: dict[int, list[str]] = {}
+    for c in sorted(cells, key=lambda c: (c["k"], c["seed"])):
+        by_k.setdefault(c["k"], []).append(f"seed {c['seed']} {harness.chooser_words(c)}")
+    return [
+        f"`TL-{k} + K portfolio`: TL-{k}'s model with the greedy fixed set of its own {k} "
+        "fine-tuning matrices ranked first, its size (0 = the learned ranking alone) and how "
+        "firmly it keeps the greedy order (fixed = the fixed-K lookup) chosen on the "
+        f"validation matrices; chosen: {'; '.join(words)}."
+        for k, words in by_k.items()
+    ] + [""]
+
+
 def _baseline_section(res: dict[str, Any], k: int) -> list[str]:
     comparison = res.get("baselines")
     if not comparison:
         return []
     label = f"TL-{k}"
+    n_train = res["data"]["train"]
     lines = [
-        "### Against non-learned baselines (test split)",
+        f"### Against non-learned baselines chosen on all {n_train} training matrices (test split)",
         "",
-        "Each baseline is chosen on the training matrices only (all of them, not K) and gets "
+        f"Each baseline is chosen on all {n_train} training matrices (not K: the K-matched "
+        "lookup is fixed-K above) and gets "
         "the same budget: one pick (top-1) or five measured picks (top-5). Ratios are "
         f"{label}'s per-seed geomean over the baseline's, paired on the same test matrices, "
         "with a 95% bootstrap CI.",
         "",
         *[f"- {line}" for line in report.baseline_answers(comparison, label)],
         "",
-        report.baseline_table(comparison, label),
+        report.baseline_table(comparison, label, n_train),
         "",
         *_headroom(res, comparison, k),
     ]
     with_portfolio = res.get("baselines_portfolio")
     if with_portfolio:
-        label = f"TL-{k} + portfolio"
+        label = f"TL-{k} + portfolio of all {n_train} training matrices"
         chosen = sorted(
             {
                 f"{c['portfolio_size']} ({c.get('portfolio_order', 'anchor 0')})"
@@ -296,8 +370,9 @@ def _baseline_section(res: dict[str, Any], k: int) -> list[str]:
         lines += [
             f"#### {label}",
             "",
-            f"The same TL-{k} models ranking a portfolio first: the greedy fixed set of the "
-            "training matrices, its size chosen per seed on the validation matrices among "
+            f"The same TL-{k} models ranking a portfolio first: the greedy fixed set of all "
+            f"{n_train} training matrices (not only the K fine-tuning ones: this row uses more "
+            f"target data than TL-{k}), its size chosen per seed on the validation matrices among "
             "5..64 configs and none, together with how firmly it keeps its greedy order (an "
             "anchor, in typical score gaps per position: 0 = the model's order, fixed = the "
             "greedy order), by the product of the top-1 and top-5 geomeans (chosen: "
@@ -305,7 +380,7 @@ def _baseline_section(res: dict[str, Any], k: int) -> list[str]:
             "",
             *[f"- {line}" for line in report.baseline_answers(with_portfolio, label)],
             "",
-            report.baseline_table(with_portfolio, label),
+            report.baseline_table(with_portfolio, label, n_train),
             "",
         ]
     return lines
@@ -394,6 +469,15 @@ def _sampled_words(sampled: int, preset: ExperimentPreset) -> str:
     return (
         f" Target records{width}; {sampled} more target matrices, measured on a sample of the "
         "space only, are left out (the oracle needs every config)."
+    )
+
+
+def _over_nnz_words(over: dict[str, int], max_nnz: int | None) -> str:
+    if max_nnz is None:
+        return ""
+    return (
+        f" Matrices with > {max_nnz} nnz are left out (--max-nnz): {over.get('target', 0)} "
+        f"target and {over.get('source', 0)} source matrices."
     )
 
 

@@ -24,7 +24,7 @@ from cognate.space import Space
 
 OPS: tuple[str, ...] = ("spmm", "sddmm")
 # The targets that ship with cognate (a package each under cognate/targets/).
-KNOWN_TARGETS: tuple[str, ...] = ("cpu", "spade", "gpu")
+KNOWN_TARGETS: tuple[str, ...] = ("cpu", "spade", "gpu", "spade-inverted")
 
 
 @dataclass
@@ -167,5 +167,5 @@ def get_target(name: str) -> Target:
         return _REGISTRY[name]
     if name not in KNOWN_TARGETS:
         raise CognateError(f"unknown target {name!r}; expected one of {', '.join(target_names())}")
-    module = importlib.import_module(f"cognate.targets.{name}")
+    module = importlib.import_module(f"cognate.targets.{name.replace('-', '_')}")
     return _REGISTRY.setdefault(name, module.TARGET)

@@ -27,7 +27,7 @@ class SpadeTarget(Target):
 
         from cognate.targets.spade.simulator import load_machine
 
-        space = SpadeSpace(op)
+        space = self.space(op)  # a variant target's space names its own machine
         machine = load_machine(space.machine_name).model_dump(mode="json")
         schedule = dataclasses.asdict(space.schedule(config))
         doc = {**info, "schedule": schedule, "machine": machine}

@@ -81,6 +81,11 @@ class Machine(BaseModel):
     dispatch_cycles: _Dispatch
     barrier_sync_cycles: float = Field(ge=0)
     sddmm_reduce_cycles: float = Field(ge=0)
+    # The falsification machine (configs/spade-inverted.yaml): the knob labelled barrier=true
+    # runs without the barrier and barrier=false with it. The config, its label and the
+    # mapper's loop order stay; only the simulated mechanism is swapped, so a transfer that
+    # rests on the mapping's barrier -> k1-outermost claim is fed the opposite fact.
+    barrier_inverted: bool = False
 
     def with_changes(self, **changes: Any) -> Machine:
         """A copy with top-level fields or nested ``"dram.bandwidth_gbs"``-style keys changed."""
@@ -195,6 +200,7 @@ def _params(
 ) -> tuple[np.ndarray, np.ndarray]:
     m = machine
     line = 64
+    barrier = int(sched.barrier != m.barrier_inverted)  # the inverted machine swaps it
     ghz = m.clock_ghz
     ints = {
         "op": OPS.index(op), "nrows": shape[0], "ncols": shape[1], "width": width,
@@ -203,7 +209,7 @@ def _params(
         "vc_lines": m.victim_cache.bytes // line, "vc_ways": m.victim_cache.ways,
         "l2_lines": m.l2.bytes // line, "l2_ways": m.l2.ways,
         "llc_lines": m.llc.bytes // line, "llc_ways": m.llc.ways,
-        "split": sched.split, "barrier": int(sched.barrier), "bypass": int(sched.bypass),
+        "split": sched.split, "barrier": barrier, "bypass": int(sched.bypass),
         "dynamic": int(sched.dynamic), "npanels": tiling.npanels, "ncpanels": tiling.ncpanels,
         "stream_buf": m.stream_buffer_bytes,
     }  # fmt: skip

@@ -33,13 +33,13 @@ SCHEDS: tuple[str, ...] = ("static", "dynamic")
 
 
 class SpadeSpace(Space):
-    """The 256-config spade space of one op."""
+    """The 256-config spade space of one op (``configs/<target>-<op>.yaml``)."""
 
     target = "spade"
 
     def __init__(self, op: str) -> None:
         self.op = op
-        self.name = f"spade-{op}"
+        self.name = f"{self.target}-{op}"
         data, self.version = load_space_yaml(self.name)
         where = f"configs/{self.name}.yaml"
         knobs = data.get("knobs")
@@ -140,6 +140,6 @@ class SpadeSpace(Space):
 
 def map_spade(space: Space, config: Config, shape: tuple[int, int], width: int) -> LoopNest:
     """``SpadeSpace.loop_nest`` (the spade mapping), refusing another target's space."""
-    if space.target != "spade":
+    if not isinstance(space, SpadeSpace):
         raise CognateError(f"the spade mapper got a config space of target {space.target}")
     return space.loop_nest(config, shape, width)
