@@ -6,15 +6,21 @@ so a fresh clone can retrain and evaluate without re-measuring (``cognate data e
 
 Matrix sources are written portably: a file under the shared folder becomes
 ``shared:<relative path>`` and one under the corpus folder ``corpus:<relative path>``, so the
-records find their matrices again on a machine whose folders live elsewhere (the corpus is
-regenerated from its manifest, ``scripts/make_corpus.py``). Column meanings: data/records/README.md.
+records find their matrices again on a machine whose folders live elsewhere; a generated
+corpus file that is missing is regenerated from its recipe when a record is read
+(``record_matrix_file``). Column meanings: data/records/README.md.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from cognate.errors import CognateError
@@ -43,6 +49,19 @@ def local_source(source: str) -> str:
         if source.startswith(prefix):
             return str(root() / source[len(prefix) :])
     return source
+
+
+def record_matrix_file(source: str, sha256: str) -> str:
+    """The file a record's (possibly portable) source names on this machine. A generated
+    corpus file missing there is first written again from its recipe, checked against the
+    records' ``sha256`` and cached in the corpus folder: a fresh clone trains on the
+    published data set with no manual step, and only the matrices a command reads are built."""
+    path = local_source(source)
+    if source.startswith("corpus:") and not Path(path).is_file():
+        from cognate.synth.corpus import regenerate  # the generators: only when needed
+
+        regenerate(source[len("corpus:") :], corpus_dir(), sha256)
+    return path
 
 
 def dataset_frame(frame: pd.DataFrame, counters: bool) -> pd.DataFrame:
@@ -109,8 +128,8 @@ def write_dataset(
     return written
 
 
-def read_dataset(paths: list[Path]) -> pd.DataFrame:
-    """Every Parquet file of ``paths`` (files or folders), concatenated."""
+def dataset_files(paths: list[Path]) -> list[Path]:
+    """The Parquet files ``paths`` name (files, or folders of ``*.parquet``)."""
     files: list[Path] = []
     for path in paths:
         if path.is_dir():
@@ -121,17 +140,218 @@ def read_dataset(paths: list[Path]) -> pd.DataFrame:
             raise CognateError(f"{path}: no such file or folder")
     if not files:
         raise CognateError(f"{', '.join(map(str, paths))}: no .parquet files to import")
+    return files
+
+
+def read_dataset(paths: list[Path], log: Callable[[str], None] | None = None) -> pd.DataFrame:
+    """Every Parquet file of ``paths`` (files or folders), each checked row by row
+    (``check_rows``) and concatenated; ``log`` gets a line per file read."""
     frames = []
-    for file in files:
+    for file in dataset_files(paths):
+        started = time.perf_counter()
         try:
-            frames.append(pd.read_parquet(file))
+            frame = pd.read_parquet(file)
         except Exception as exc:  # pyarrow raises several types for a damaged file
             raise CognateError(f"{file}: not a readable Parquet file ({exc})") from None
+        check_rows(frame, file)
+        frames.append(frame)
+        if log:
+            seconds = time.perf_counter() - started
+            log(f"read {file}: {len(frame)} records, checked ({seconds:.1f} s)")
     df = pd.concat(frames, ignore_index=True)
     if "counters" not in df:
         df["counters"] = "{}"
     df["counters"] = df["counters"].fillna("{}")
     return df
+
+
+# --- row checks: a data set is data a user hands us, so every row is checked before any of
+# it reaches a store (a bad row once went in and failed later, in training, with a traceback).
+
+_TEXT_COLUMNS = (
+    "matrix",
+    "matrix_sha256",
+    "source",
+    "target",
+    "op",
+    "config",
+    "config_hash",
+    "space_version",
+    "status",
+    "host",
+)
+MAX_DIM = 2**31 - 1  # matrices are held with int32 indices
+MAX_WIDTH = 1 << 16  # the dense widths a space measures are far below this
+MAX_RUNTIME_S = 86_400.0  # one kernel call longer than a day is not a measurement
+
+
+def check_rows(frame: pd.DataFrame, file: Path) -> None:
+    """Refuse ``frame`` (the rows of ``file``) unless every row is a record a store can hold:
+    the columns present, texts present, hashes hex of their length, shapes and widths in
+    range, target/op/status known, runtimes finite and positive where ok, the config a
+    canonical JSON object of scalars and lists whose hash is its ``config_hash``, counters
+    JSON objects. Raises ``CognateError`` naming the file and the first bad row (counted
+    from 1)."""
+    from cognate.store import _IMPORT_COLUMNS  # the columns an import reads
+
+    missing = [c for c in _IMPORT_COLUMNS if c not in frame.columns]
+    if missing:
+        raise CognateError(f"{file}: not a record data set: lacks column(s) {', '.join(missing)}")
+    for problem, bad in _row_problems(frame):
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            raise CognateError(f"{file}: row {row + 1}: {problem(row)}")
+
+
+def _row_problems(frame: pd.DataFrame) -> Iterator[tuple[Callable[[int], str], pd.Series]]:
+    """(describe(row) -> text, bad-row mask) per check, in order; masks are built lazily so
+    a frame bad in its texts is not also parsed for JSON."""
+    from cognate.runner import STATUSES
+    from cognate.targets import OPS, target_names
+
+    def value(column: str) -> Callable[[int], str]:
+        return lambda row: f"{column} {_shown(frame[column].iloc[row])}"
+
+    for column in _TEXT_COLUMNS:
+        text = frame[column]
+        yield (lambda row, c=column: f"{c} is missing or not text"), ~text.map(_is_text)
+    for column, digits in (("matrix_sha256", 64), ("config_hash", 16)):
+        yield (
+            (lambda row, c=column, d=digits: f"{value(c)(row)} is not {d} hex digits"),
+            ~frame[column].str.fullmatch(f"[0-9a-f]{{{digits}}}").fillna(False).astype(bool),
+        )
+    for column, low, high in (
+        ("rows", 1, MAX_DIM),
+        ("cols", 1, MAX_DIM),
+        ("nnz", 1, MAX_DIM),
+        ("width", 1, MAX_WIDTH),
+    ):
+        numbers = pd.to_numeric(frame[column], errors="coerce")
+        integral = numbers.notna() & (numbers == numbers.round())
+        yield (
+            (
+                lambda row, c=column, lo=low, hi=high: (
+                    f"{value(c)(row)} is not an integer in [{lo}, {hi}]"
+                )
+            ),
+            ~(integral & numbers.between(low, high)),
+        )
+    yield (
+        (lambda row: f"nnz {frame['nnz'].iloc[row]} exceeds rows x cols"),
+        frame["nnz"].astype("float64")
+        > frame["rows"].astype("float64") * frame["cols"].astype("float64"),
+    )
+    for column, known in (("target", target_names()), ("op", OPS), ("status", STATUSES)):
+        yield (
+            (lambda row, c=column, k=known: f"{value(c)(row)} is not one of {', '.join(k)}"),
+            ~frame[column].isin(known),
+        )
+    runtime = pd.to_numeric(frame["runtime_s"], errors="coerce")
+    ok = frame["status"] == "ok"
+    good_ok = runtime.gt(0) & runtime.le(MAX_RUNTIME_S)
+    good_other = frame["runtime_s"].isna() | (runtime.ge(0) & runtime.le(MAX_RUNTIME_S))
+    yield (
+        (
+            lambda row: (
+                f"{value('runtime_s')(row)} is not a runtime in (0, {MAX_RUNTIME_S:g}] s"
+                + (" (status ok)" if ok.iloc[row] else "")
+            )
+        ),
+        ~(good_ok.where(ok, good_other).astype(bool)),
+    )
+    spread = pd.to_numeric(frame["spread_s"], errors="coerce")
+    yield (
+        lambda row: f"{value('spread_s')(row)} is not empty or a time >= 0 s",
+        ~(frame["spread_s"].isna() | spread.between(0, MAX_RUNTIME_S)),
+    )
+    yield (
+        (lambda row: f"{value('is_baseline')(row)} is not true or false"),
+        ~frame["is_baseline"].map(_is_flag),
+    )
+    times = pd.to_datetime(frame["time"], utc=True, errors="coerce", format="ISO8601")
+    yield (lambda row: f"{value('time')(row)} is not a time"), times.isna()
+    if "repeat_status" in frame:
+        status = frame["repeat_status"]
+        yield (
+            (lambda row: f"{value('repeat_status')(row)} is not one of {', '.join(STATUSES)}"),
+            ~(status.isna() | status.isin(STATUSES)),
+        )
+    yield from _json_problems(frame)
+
+
+def _json_problems(frame: pd.DataFrame) -> Iterator[tuple[Callable[[int], str], pd.Series]]:
+    """Configs (checked once per distinct (target, op, config, hash)) and counters."""
+    from cognate.config import Config
+
+    key = ["target", "op", "config", "config_hash"]
+    verdicts: dict[tuple[str, str, str, str], str] = {}
+    for target, op, text, digest in frame[key].drop_duplicates().itertuples(index=False):
+        verdicts[(target, op, text, digest)] = _config_problem(text) or (
+            ""
+            if Config(target, op, json.loads(text)).hash == digest
+            else "config_hash is not the hash of (target, op, config)"
+        )
+    problems = pd.Series(
+        [verdicts[k] for k in frame[key].itertuples(index=False, name=None)], index=frame.index
+    )
+    yield (lambda row: problems.iloc[row]), problems.ne("")
+    if "counters" in frame:
+        counters = frame["counters"]
+        bad = counters.map(lambda v: not (_is_missing(v) or _is_json_object(v)))
+        yield (lambda row: "counters is not a JSON object"), bad
+
+
+def _config_problem(text: str) -> str:
+    """Why ``text`` is not a config (a canonical JSON object of scalars and lists), or ''."""
+    from cognate.config import canonical_json
+
+    try:
+        knobs = json.loads(text, parse_constant=_no_constant)
+    except (ValueError, RecursionError):
+        return f"config {_shown(text)} is not JSON"
+    if not isinstance(knobs, dict) or not knobs:
+        return f"config {_shown(text)} is not a JSON object of knobs"
+    for name, knob in knobs.items():
+        items = knob if isinstance(knob, list) else [knob]
+        if not all(isinstance(i, (str, int, float, bool)) for i in items):
+            return f"config knob {name!r} is not a scalar or a list of scalars"
+    if canonical_json(knobs) != text:
+        return f"config {_shown(text)} is not canonical JSON (sorted keys, no spaces)"
+    return ""
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a number a config can hold")
+
+
+def _is_flag(value: Any) -> bool:
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    return isinstance(value, (int, np.integer)) and value in (0, 1)
+
+
+def _is_text(value: Any) -> bool:
+    return isinstance(value, str) and bool(value)
+
+
+def _is_missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+
+
+def _is_json_object(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        return isinstance(json.loads(value), dict)
+    except (ValueError, RecursionError):
+        return False
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, np.generic):
+        value = value.item()  # 0, not np.int64(0)
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def summary(df: pd.DataFrame) -> str:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import fnmatch
+import gzip
 import hashlib
 import os
 import re
@@ -18,6 +19,7 @@ import sqlite3
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
@@ -89,7 +91,7 @@ class IndexEntry:
 class Fetched:
     entry: IndexEntry
     path: Path
-    status: Literal["cached", "downloaded"]
+    status: Literal["cached", "downloaded", "local"]
     size: int
 
 
@@ -164,15 +166,31 @@ def _seed_ssgetpy_index(path: Path) -> None:
 
 
 def index_path(base: str, refresh: bool = False) -> Path:
-    """The ssgetpy index (SQLite) built from ``<base>/files/ssstats.csv``, cached per base."""
+    """The ssgetpy index (SQLite) built from ``<base>/files/ssstats.csv``, cached per base;
+    for a local folder without that file, built from its Matrix Market files' headers."""
     path = cache_dir() / "index" / f"{hashlib.sha256(base.encode()).hexdigest()[:16]}.db"
+    folder = local_folder(base)
+    if folder is not None:  # rebuilt once per process: headers only, and the folder may change
+        if path not in _FOLDER_INDEXES:
+            _build_folder_index(folder, path)
+            _FOLDER_INDEXES.add(path)
+        return path
     if not refresh and path.is_file() and time.time() - path.stat().st_mtime < INDEX_MAX_AGE_S:
         return path
     url = f"{base}/files/ssstats.csv"
     csv_path = path.with_suffix(".csv")
     csv_path.unlink(missing_ok=True)
     csv_path.with_name(csv_path.name + ".part").unlink(missing_ok=True)
-    download(url, csv_path, max_bytes=INDEX_MAX_BYTES, progress=False, sized=False)
+    try:
+        download(url, csv_path, max_bytes=INDEX_MAX_BYTES, progress=False, sized=False)
+    except CognateError as exc:
+        if base.startswith("file:"):
+            raise
+        raise CognateError(
+            f"{exc}; offline? --mirror DIR searches a local folder of Matrix Market files "
+            f"(.mtx, .mtx.gz; indexed from their headers) or a copy of the collection "
+            f"(${URL_ENV} sets it for every command)"
+        ) from None
     try:
         _build_index(url, csv_path, path)
     finally:
@@ -194,6 +212,100 @@ def _build_index(url: str, csv_path: Path, path: Path) -> None:
         index = db.MatrixDB(db=str(tmp))
         try:
             index.refresh(_checked_rows(url, csvindex.gen_rows(rows)))
+        finally:
+            index.conn.close()
+
+
+# -- a local folder of Matrix Market files as the collection -----------------------------
+
+MM_SUFFIXES = (".mtx", ".mtx.gz")
+LOCAL_GROUP = "local"  # the group of files at the folder's top level
+_HEADER_LINES = 100_000  # comment lines read before the size line; a longer header is refused
+_FOLDER_INDEXES: set[Path] = set()  # the folder indexes this process built
+
+
+def local_folder(base: str) -> Path | None:
+    """The folder a ``file://`` base names when it is not a copy of the collection (no
+    ``files/ssstats.csv``): a folder of Matrix Market files, indexed from their headers."""
+    if not base.startswith("file:"):
+        return None
+    folder = Path(urllib.request.url2pathname(urllib.parse.urlparse(base).path))
+    return None if (folder / "files" / "ssstats.csv").is_file() else folder
+
+
+def folder_matrices(folder: Path) -> dict[str, Path]:
+    """``GROUP/NAME`` -> file for the Matrix Market files under ``folder``: the group is the
+    file's own folder below ``folder`` (``local`` at the top), the name its stem. Names
+    unsafe as path components are left out, as in the collection's index."""
+    found: dict[str, Path] = {}
+    for path in sorted(folder.rglob("*")):
+        suffix = next((s for s in MM_SUFFIXES if path.name.endswith(s)), None)
+        if suffix is None or not path.is_file():
+            continue
+        parent = path.parent.relative_to(folder)
+        group = parent.as_posix().replace("/", "_") if parent.parts else LOCAL_GROUP
+        name = path.name[: -len(suffix)]
+        if _COMPONENT.fullmatch(group) and _COMPONENT.fullmatch(name):
+            found.setdefault(f"{group}/{name}", path)  # x.mtx before x.mtx.gz
+    return found
+
+
+def mm_header(path: Path) -> tuple[int, int, int, str, str]:
+    """(rows, cols, stored entries, field, symmetry) from a Matrix Market file's header
+    alone (the banner and the size line; the entries are never read)."""
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rb") as stream:
+            banner = stream.readline(1024).decode("ascii", "replace").split()
+            if len(banner) != 5 or [w.lower() for w in banner[:2]] != ["%%matrixmarket", "matrix"]:
+                raise CognateError(f"{path}: not a Matrix Market file (no %%MatrixMarket banner)")
+            for _ in range(_HEADER_LINES):
+                raw = stream.readline(1024)
+                line = raw.strip()
+                if not raw or (line and not line.startswith(b"%")):
+                    break
+            if not line or line.startswith(b"%"):
+                raise CognateError(f"{path}: no size line after the banner and comments")
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        raise CognateError(f"{path}: cannot read its header ({exc})") from None
+    layout, field, symmetry = (word.lower() for word in banner[2:])
+    sizes = line.split()
+    want = 3 if layout == "coordinate" else 2
+    if len(sizes) != want or not all(n.isdigit() for n in sizes):
+        shown = line[:60].decode("ascii", "replace")
+        raise CognateError(f"{path}: size line {shown!r} is not {want} whole numbers")
+    rows, cols = int(sizes[0]), int(sizes[1])
+    nnz = int(sizes[2]) if layout == "coordinate" else rows * cols
+    return rows, cols, nnz, field, symmetry
+
+
+def _build_folder_index(folder: Path, path: Path) -> None:
+    """An ssgetpy index of ``folder``'s Matrix Market files; a file whose header cannot be
+    read is left out with a warning (one bad file does not hide the others)."""
+    files = folder_matrices(folder)
+    if not files:
+        raise CognateError(
+            f"{folder}: no Matrix Market files (.mtx, .mtx.gz) and no files/ssstats.csv "
+            "(a copy of the collection): nothing to search"
+        )
+    rows = []
+    for number, (full, file) in enumerate(files.items(), 1):
+        try:
+            n_rows, n_cols, nnz, field, symmetry = mm_header(file)
+        except CognateError as exc:
+            print(f"warning: left out of the index: {exc}", file=sys.stderr, flush=True)
+            continue
+        group, name = full.split("/")
+        dtype = {"pattern": "binary", "complex": "complex"}.get(field, "real")
+        sym = 0.0 if symmetry == "general" else 1.0
+        rows.append(
+            (number, group, name, n_rows, n_cols, nnz, dtype, False, False, sym, sym, "local file")
+        )
+    db, _ = _ssgetpy()
+    with atomic_path(path) as tmp:
+        index = db.MatrixDB(db=str(tmp))
+        try:
+            index.refresh(rows)
         finally:
             index.conn.close()
 
@@ -439,9 +551,16 @@ def fetch(
     max_bytes: int | None = None,
     progress: bool = True,
 ) -> list[Fetched]:
-    """Download each matrix unless cached, and verify a new download by loading it."""
+    """Download each matrix unless cached, and verify a new download by loading it. From a
+    local folder of Matrix Market files nothing is copied: its file is the one to use."""
     results = []
+    folder = local_folder(base)
+    files = folder_matrices(folder) if folder is not None else {}
     for entry in entries:
+        if folder is not None:
+            file = files[entry.full_name]
+            results.append(Fetched(entry, file, "local", file.stat().st_size))
+            continue
         path = entry.cache_path()
         lock_path = cache_dir() / ".locks" / f"{entry.group}.{entry.name}.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)

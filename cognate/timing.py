@@ -11,6 +11,9 @@ machine and the record becomes a label of what ran beside it. So:
   count the other cognate jobs running beside it even when the load average has not caught up.
 - ``machine_load(threads)``: the 1-minute load average against the cores a timing leaves
   free, with a one-line verdict ("timings unreliable: load 3.9 on 2 cores").
+- ``time_interleaved(calls, rounds)``: what a benchmark script times with: prepared calls
+  in interleaved rounds under the lock, the load read first, medians per call;
+  ``early_threads(sys.argv)`` sets a script's thread count before any runtime loads.
 
 ``flock`` locks vanish with their process (kill -9 included), so a crashed job never leaves a
 stale lock behind.
@@ -20,9 +23,10 @@ from __future__ import annotations
 
 import fcntl
 import os
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -254,3 +258,85 @@ def machine_load(threads: int | None = None, sample_s: float = 0.25) -> Load:
         threads=min(threads or n, n),
         others=tuple(other_jobs()),
     )
+
+
+# --- the protocol for scripts: threads set early, interleaved rounds under the lock -----------
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def early_threads(
+    argv: Sequence[str], default: int | None = None, passive: bool = False
+) -> int | None:
+    """Put a script's ``--threads N`` (else ``default``) into OMP_NUM_THREADS and
+    MKL_NUM_THREADS; with ``passive``, passive OpenMP waits unless the user chose a policy.
+
+    Call it before numpy, torch or MKL load: their runtimes read these variables once. This
+    module imports none of them. Returns the threads set (None: none given, nothing set).
+    """
+    threads = default
+    if "--threads" in argv[:-1]:
+        value = argv[list(argv).index("--threads") + 1]
+        if not value.isdigit():  # the script's argument parser says what is wrong
+            return default
+        threads = int(value)
+    if passive:
+        os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    if threads:
+        for name in THREAD_VARIABLES:
+            os.environ[name] = str(threads)
+    return threads
+
+
+@dataclass(frozen=True)
+class Timings:
+    """Median seconds per call of interleaved rounds, how many rounds ran, and the load read
+    just before them."""
+
+    seconds: dict[str, float]
+    rounds: int
+    load: Load
+
+
+def time_interleaved(
+    calls: Mapping[str, Callable[[], object]],
+    rounds: int,
+    min_sample_s: float | None = None,
+    budget_s: float | None = None,
+    threads: int | None = None,
+    on_wait: Callable[[str], object] | None = None,
+) -> Timings:
+    """Time prepared ``calls`` in interleaved rounds (cognate.targets.cpu.interleave: a
+    warm-up, samples of at least ``min_sample_s``, the order rotating each round) under the
+    timing lock, with the load read first; medians per call.
+
+    ``budget_s``: fewer rounds (at least 3) when ``rounds`` of them would take longer than
+    that, as measured by the warm-up. ``on_wait`` defaults to a line on stderr.
+    """
+    # Imported here: the interleaving lives with the cpu target, which imports numpy.
+    from cognate.targets.cpu.interleave import MIN_SAMPLE_S, interleaved
+
+    min_sample_s = MIN_SAMPLE_S if min_sample_s is None else min_sample_s
+    if budget_s is not None:
+        rounds = _rounds_within(calls, rounds, min_sample_s, budget_s)
+    with timing_lock(on_wait=on_wait or _to_stderr):
+        load = machine_load(threads, sample_s=0.1)
+        timed = interleaved(dict(calls), rounds, min_sample_s)
+    return Timings({name: t.median for name, t in timed.items()}, rounds, load)
+
+
+def _rounds_within(
+    calls: Mapping[str, Callable[[], object]], rounds: int, min_sample_s: float, budget_s: float
+) -> int:
+    """``rounds``, lowered (to at least 3) so that they fit ``budget_s``: one call of each
+    times a round (a sample lasts at least ``min_sample_s``)."""
+    one_round = 0.0
+    for fn in calls.values():
+        start = time.perf_counter()
+        fn()
+        one_round += max(time.perf_counter() - start, min_sample_s)
+    return max(3, min(rounds, int(budget_s / max(one_round, 1e-9))))
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

@@ -15,24 +15,14 @@ best sampled config against torch.sparse.sampled_addmm.
 from __future__ import annotations
 
 import argparse
-import math
 import os
-import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable
 
+from cognate.timing import early_threads, time_interleaved
 
-def _early_threads() -> None:
-    """--threads N must reach OpenMP, MKL and torch before they load (environment variables)."""
-    if "--threads" in sys.argv[:-1]:
-        value = sys.argv[sys.argv.index("--threads") + 1]
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            os.environ[var] = value
-
-
-_early_threads()
+early_threads(sys.argv)  # --threads N reaches OpenMP, MKL and torch before they load
 
 from cognate.targets.cpu.library import export_mkl_rt_env  # noqa: E402
 
@@ -43,6 +33,7 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
@@ -68,19 +59,6 @@ def load_matrices(args: argparse.Namespace) -> list[Matrix]:
 
         matrices += synthetic_pair(args.synthetic_nnz)
     return matrices
-
-
-def time_rounds(impls: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    """Median seconds per call, each round calling every implementation once (interleaved)."""
-    for fn in impls.values():  # warm-up: caches, page faults, lazy initialisation
-        fn()
-    samples: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(rounds):
-        for name, fn in impls.items():
-            start = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def kernel_call(
@@ -120,7 +98,7 @@ def best_sampled(
     if not top:
         return None, n_ok, n_tried
     calls = {str(n): kernel_call(matrix, op, knobs, operands) for n, knobs in enumerate(top)}
-    times = time_rounds(calls, max(5, args.rounds // 2))
+    times = time_interleaved(calls, max(5, args.rounds // 2), threads=THREADS).seconds
     return calls[min(times, key=times.get)], n_ok, n_tried
 
 
@@ -146,7 +124,7 @@ def bench_spmm(matrix: Matrix, width: int, args: argparse.Namespace) -> dict:
     (b,) = dense_operands("spmm", matrix.shape, width, seed=0)
     space = make_space("spmm")
     base = kernel_call(matrix, "spmm", dict(space.baseline(matrix.shape).knobs), (b,))
-    base_s = time_rounds({"base": base}, 3)["base"]
+    base_s = time_interleaved({"base": base}, 3, threads=THREADS).seconds["base"]
     best, n_ok, n_tried = best_sampled(matrix, "spmm", (b,), base_s, args)
     a, ta, tb = matrix.csr, torch_csr(matrix), torch.from_numpy(b)
     impls: dict[str, Callable[[], object]] = {"base": base}
@@ -164,16 +142,16 @@ def bench_spmm(matrix: Matrix, width: int, args: argparse.Namespace) -> dict:
     for name, result in (("baseline", base.result()), ("MKL", dot_product_mkl(a, b, out=mkl_out))):
         problem = mismatch(result, ref, tol)
         assert problem is None, f"{matrix.name}: {name}: {problem}"
-    times = time_rounds(impls, args.rounds)
-    times.setdefault("best", times["base"])
-    return {"times": times, "ok": n_ok, "tried": n_tried}
+    timed = time_interleaved(impls, args.rounds, threads=THREADS)
+    times = timed.seconds | {"best": timed.seconds.get("best", timed.seconds["base"])}
+    return {"times": times, "ok": n_ok, "tried": n_tried, "load": timed.load}
 
 
 def bench_sddmm(matrix: Matrix, width: int, args: argparse.Namespace) -> dict:
     x, y = dense_operands("sddmm", matrix.shape, width, seed=0)
     space = make_space("sddmm")
     base = kernel_call(matrix, "sddmm", dict(space.baseline(matrix.shape).knobs), (x, y))
-    base_s = time_rounds({"base": base}, 3)["base"]
+    base_s = time_interleaved({"base": base}, 3, threads=THREADS).seconds["base"]
     best, n_ok, n_tried = best_sampled(matrix, "sddmm", (x, y), base_s, args)
     ta, tx, tyt = torch_csr(matrix), torch.from_numpy(x), torch.from_numpy(y.T.copy())
     values = torch.from_numpy(matrix.csr.data)
@@ -187,13 +165,9 @@ def bench_sddmm(matrix: Matrix, width: int, args: argparse.Namespace) -> dict:
         return out.values() * values
 
     impls["torch"] = torch_sddmm
-    times = time_rounds(impls, args.rounds)
-    times.setdefault("best", times["base"])
-    return {"times": times, "ok": n_ok, "tried": n_tried}
-
-
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+    timed = time_interleaved(impls, args.rounds, threads=THREADS)
+    times = timed.seconds | {"best": timed.seconds.get("best", timed.seconds["base"])}
+    return {"times": times, "ok": n_ok, "tried": n_tried, "load": timed.load}
 
 
 def spmm_table(rows: list[tuple[Matrix, int, dict]], stream: float) -> Table:
@@ -295,10 +269,12 @@ def main() -> None:
             except TooLarge as exc:
                 console.print(f"{matrix.name}: {exc}")
                 continue
-            t = spmm_rows[-1][2]["times"]
+            t, load = spmm_rows[-1][2]["times"], spmm_rows[-1][2]["load"]
             console.print(
                 f"{matrix.name} N={width}: base {t['base'] * 1e3:.3f} ms best {t['best'] * 1e3:.3f}"
                 f" mkl {t['mkl'] * 1e3:.3f} torch {t['torch'] * 1e3:.3f} scipy {t['scipy'] * 1e3:.3f}"
+                + (f" [{load.line()}]" if load.busy else ""),
+                markup=False,
             )
         for width in args.sddmm_widths:
             sddmm_rows.append((matrix, width, bench_sddmm(matrix, width, args)))

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from collections.abc import Callable
 
 from cognate.targets.cpu.library import export_mkl_rt_env
@@ -30,17 +28,9 @@ from cognate.targets.cpu.kernel import dense_operands, mismatch, reference  # no
 from cognate.targets.cpu.pack import TooLarge  # noqa: E402
 from cognate.targets.cpu.runner import prepare_kernel  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
+from cognate.timing import time_interleaved  # noqa: E402
 
-
-def _sample_s(fn: Callable[[], object], min_s: float = 2e-3) -> float:
-    """Seconds per call of one sample lasting at least ``min_s``."""
-    calls, start = 0, time.perf_counter()
-    while True:
-        fn()
-        calls += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= min_s:
-            return elapsed / calls
+MIN_SAMPLE_S = 2e-3  # a sample: as many back-to-back calls as fill this
 
 
 def _kernels(matrix: Matrix, width: int, b: np.ndarray) -> dict[str, Callable[[], object]]:
@@ -65,11 +55,11 @@ def _kernels(matrix: Matrix, width: int, b: np.ndarray) -> dict[str, Callable[[]
 
 
 def _medians(runs: dict[str, Callable[[], object]], rounds: int) -> dict[str, float]:
-    samples: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(rounds):  # interleaved: a noisy phase hits every contender alike
-        for name, fn in runs.items():
-            samples[name].append(_sample_s(fn))
-    return {name: statistics.median(s) for name, s in samples.items()}
+    """Interleaved (a noisy phase hits every contender alike), under the timing lock."""
+    timed = time_interleaved(runs, rounds, MIN_SAMPLE_S, threads=torch.get_num_threads())
+    if timed.load.busy:
+        print(timed.load.line())
+    return timed.seconds
 
 
 def bench(matrix: Matrix, width: int, rounds: int) -> dict[str, float]:

@@ -7,15 +7,13 @@
 For each size: a synthetic square matrix (R-MAT by default, nnz exact, rows = nnz / 10
 unless --rows is given),
 the preset's featurizer with fixed random weights, and the median wall time of
-``Featurizer.embed`` per backend (pure PyTorch; MinkowskiEngine when importable), their
+``Featurizer.embed`` per backend (after one warm-up call, under cognate's timing lock) (pure PyTorch; MinkowskiEngine when importable), their
 ratio, and the largest difference between the two embeddings (they must agree).
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
 
@@ -23,18 +21,21 @@ from cognate.model import sparseconv
 from cognate.model.featurizer import Featurizer
 from cognate.model.preset import load_preset
 from cognate.synth import generate
+from cognate.timing import time_interleaved
 
 
 def time_embed(
     featurizer: Featurizer, matrix, backend: str, repeats: int
 ) -> tuple[float, torch.Tensor]:
-    times, out = [], None
-    with torch.no_grad():
-        for _ in range(repeats):
-            start = time.perf_counter()
-            out = featurizer.embed(matrix, backend)
-            times.append(time.perf_counter() - start)
-    return statistics.median(times), out
+    """Median seconds of one embedding over ``repeats`` calls, and the embedding."""
+    out: list[torch.Tensor] = []
+
+    def embed() -> None:
+        with torch.no_grad():
+            out[:] = [featurizer.embed(matrix, backend)]
+
+    timed = time_interleaved({backend: embed}, repeats, 0.0, threads=torch.get_num_threads())
+    return timed.seconds[backend], out[0]
 
 
 def main() -> None:

@@ -17,21 +17,35 @@
 from __future__ import annotations
 
 import argparse
-import math
-import statistics
+import ctypes
 import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
+import scipy.sparse as sp
+
+from cognate.evaluate.stats import geomean
 from cognate.io import load_matrix
 from cognate.matrix import Matrix
 from cognate.paths import REPO_ROOT, shared_dir
 from cognate.synth import generate
 from cognate.targets.spade.runner import SpadeRunner
-from cognate.targets.spade.simulator import load_core, load_machine, simulate, tile
+from cognate.targets.spade.simulator import (
+    Machine,
+    Schedule,
+    SimResult,
+    Tiling,
+    load_core,
+    load_machine,
+    simulate,
+    tile,
+)
 from cognate.targets.spade.space import SpadeSpace
+from cognate.timing import time_interleaved
 
 
 def speed(repeats: int = 3) -> None:
@@ -42,22 +56,37 @@ def speed(repeats: int = 3) -> None:
     print("speed: base config (rp=256 cp=all), one core")
     print(f"{'matrix':28s} {'N':>4s} {'tile s':>7s} {'sim s':>7s} {'Mnnz/s':>7s} {'sim ms':>8s}")
     for m in matrices:
+        tiling = tile(m.csr, sched.rp, sched.cp)
         for width in (32, 128):
-            tile_s, sim_s = [], []
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                tiling = tile(m.csr, sched.rp, sched.cp)
-                t1 = time.perf_counter()
-                res = simulate(m.csr, "spmm", width, sched, machine, tiling)
-                t2 = time.perf_counter()
-                tile_s.append(t1 - t0)
-                sim_s.append(t2 - t1)
-            total = statistics.median(tile_s) + statistics.median(sim_s)
+            sims: list[SimResult] = []
+            calls = {
+                "tile": partial(tile, m.csr, sched.rp, sched.cp),
+                "sim": simulate_call(m.csr, "spmm", width, sched, machine, tiling, sims),
+            }
+            med = time_interleaved(calls, repeats, 0.0, threads=1).seconds
+            total = med["tile"] + med["sim"]
             print(
-                f"{m.name[:28]:28s} {width:4d} {statistics.median(tile_s):7.3f} "
-                f"{statistics.median(sim_s):7.3f} {m.nnz / total / 1e6:7.2f} "
-                f"{res.seconds * 1e3:8.3f}"
+                f"{m.name[:28]:28s} {width:4d} {med['tile']:7.3f} {med['sim']:7.3f} "
+                f"{m.nnz / total / 1e6:7.2f} {sims[-1].seconds * 1e3:8.3f}"
             )
+
+
+def simulate_call(
+    csr: sp.csr_matrix,
+    op: str,
+    width: int,
+    sched: Schedule,
+    machine: Machine,
+    tiling: Tiling,
+    out: list[SimResult],
+    core: ctypes.CDLL | None = None,
+) -> Callable[[], None]:
+    """One simulation per call, its result appended to ``out``."""
+
+    def call() -> None:
+        out.append(simulate(csr, op, width, sched, machine, tiling, core=core))
+
+    return call
 
 
 def speed_matrices() -> list[Matrix]:
@@ -88,26 +117,22 @@ def against(rev: str, repeats: int = 3, width: int = 64) -> None:
             for config in configs:
                 sched = space.schedule(config)
                 tiling = tile(m.csr, sched.rp, sched.cp)
-                times: dict[str, list[float]] = {"old": [], "new": []}
-                counters: dict[str, dict[str, float]] = {}
-                for r in range(repeats):  # alternate which core runs first
-                    for who in ("old", "new") if r % 2 == 0 else ("new", "old"):
-                        core = other if who == "old" else None
-                        t0 = time.perf_counter()
-                        res = simulate(m.csr, op, width, sched, machine, tiling, core=core)
-                        times[who].append(time.perf_counter() - t0)
-                        counters[who] = res.counters
-                if counters["old"] != counters["new"]:
+                runs: dict[str, list[SimResult]] = {"old": [], "new": []}
+                calls = {  # interleaved rounds alternate which core runs first
+                    who: simulate_call(m.csr, op, width, sched, machine, tiling, runs[who], core)
+                    for who, core in (("old", other), ("new", None))
+                }
+                med = time_interleaved(calls, repeats, 0.0, threads=1).seconds
+                if runs["old"][-1].counters != runs["new"][-1].counters:
                     sys.exit(f"{m.name} {op} {config.json}: the cores disagree")
-                old_s += statistics.median(times["old"])
-                new_s += statistics.median(times["new"])
+                old_s += med["old"]
+                new_s += med["new"]
             ratios.append(old_s / new_s)
             print(
                 f"{m.name[:28]:28s} {op:6s} {len(configs):7d} {old_s:10.2f} {new_s:8.2f} "
                 f"{old_s / new_s:5.2f}x"
             )
-    geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
-    print(f"shipped core speed-up over {rev}: {geo:.2f}x (geomean), identical counters")
+    print(f"shipped core speed-up over {rev}: {geomean(ratios):.2f}x (geomean), identical counters")
 
 
 def shared_matrices() -> list[Matrix]:
@@ -146,9 +171,9 @@ def sensitivity(op: str, width: int) -> None:
             f"{Path(m.name).name[:26]:26s} {m.nnz:7d} {base_s * 1e6:9.2f} "
             f"{best.runtime_s / base_s:9.3f} {worst / base_s:10.3f}  {describe(best.config.knobs)}"
         )
-    geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
     print(
-        f"oracle speedup over base (geomean of base/best): {geo:.3f}x over {len(ratios)} matrices"
+        f"oracle speedup over base (geomean of base/best): {geomean(ratios):.3f}x"
+        f" over {len(ratios)} matrices"
     )
     print(f"distinct best configs: {len(bests)}")
     print(f"sensitivity wall time: {time.perf_counter() - t0:.1f} s")

@@ -1,4 +1,4 @@
-"""Benchmark structured-sparse NN layers (issue 10): tuned schedule vs MKL CSR vs dense matmul.
+"""Benchmark structured-sparse NN layers: tuned schedule vs MKL CSR vs dense matmul.
 
 Workloads (cognate.synth, docs/architecture.md, Structured sparsity): k-diagonal, block and N:M masks of the layer
 shapes 768x768, 768x3072, 3072x768, 4096x4096, and the k-diagonal ones with random row and
@@ -24,26 +24,15 @@ and torch write into preallocated outputs too).
 from __future__ import annotations
 
 import argparse
-import os
-import statistics
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cognate.timing import early_threads, time_interleaved
 
-def _early_threads() -> int:
-    """--threads N must reach OpenMP, MKL and torch before they load (environment variables)."""
-    threads = 2
-    if "--threads" in sys.argv[:-1]:
-        threads = int(sys.argv[sys.argv.index("--threads") + 1])
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ[var] = str(threads)
-    return threads
-
-
-THREADS = _early_threads()
+# --threads N (default 2) reaches OpenMP, MKL and torch before they load.
+THREADS = early_threads(sys.argv, default=2) or 2
 
 from cognate.targets.cpu.library import export_mkl_rt_env  # noqa: E402
 
@@ -109,23 +98,6 @@ def make_matrix(workload: Workload, block: int) -> Matrix:
     )
 
 
-def time_rounds(impls: dict[str, Callable[[], object]], rounds: int) -> tuple[dict, int]:
-    """Median seconds per call, each round calling every implementation once (interleaved);
-    the round count shrinks so one (matrix, width) stays near ROUND_BUDGET_S."""
-    start = time.perf_counter()
-    for fn in impls.values():  # warm-up: caches, page faults, lazy initialisation
-        fn()
-    one_round = time.perf_counter() - start
-    rounds = max(3, min(rounds, int(ROUND_BUDGET_S / max(one_round, 1e-9))))
-    samples: dict[str, list[float]] = {name: [] for name in impls}
-    for _ in range(rounds):
-        for name, fn in impls.items():
-            begin = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - begin)
-    return {name: statistics.median(values) for name, values in samples.items()}, rounds
-
-
 class Searcher:
     """The tuned config for (matrix, width): the cost model, or sampling when it cannot load."""
 
@@ -168,7 +140,7 @@ class Searcher:
         if not ok:
             return space.baseline(matrix.shape)
         calls = {str(i): prepare_kernel(matrix, "spmm", m.config, b) for i, m in enumerate(ok[:3])}
-        times, _ = time_rounds(calls, 5)
+        times = time_interleaved(calls, 5, budget_s=ROUND_BUDGET_S, threads=THREADS).seconds
         return ok[int(min(times, key=times.get))].config
 
 
@@ -199,8 +171,11 @@ def bench(matrix: Matrix, workload: Workload, width: int, searcher: Searcher, ar
         problem = mismatch(result, ref, tol)
         if problem is not None:
             raise SystemExit(f"{workload.label} N={width}: {name}: {problem}")
-    times, rounds = time_rounds(impls, args.rounds)
-    return Row(workload, matrix.nnz, width, times, dict(config.knobs), search, rounds)
+    timed = time_interleaved(impls, args.rounds, budget_s=ROUND_BUDGET_S, threads=THREADS)
+    notes = [timed.load.line()] if timed.load.busy else []
+    return Row(
+        workload, matrix.nnz, width, timed.seconds, dict(config.knobs), search, timed.rounds, notes
+    )
 
 
 def workloads(args: argparse.Namespace) -> list[Workload]:
@@ -267,7 +242,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--shapes", type=parse_shape, nargs="+", default=list(LAYER_SHAPES))
     parser.add_argument("--sparsities", type=float, nargs="+", default=[0.9])
-    parser.add_argument("--full", action="store_true", help="every sparsity of the issue")
+    parser.add_argument("--full", action="store_true", help="every sparsity of the structured-sparsity sweep")
     parser.add_argument("--kinds", nargs="*", choices=STRUCTURED_KINDS, default=STRUCTURED_KINDS)
     parser.add_argument("--permuted-kinds", nargs="*", choices=STRUCTURED_KINDS, default=["kdiag"])
     parser.add_argument("--widths", type=int, nargs="+", default=[128, 512])
@@ -297,6 +272,8 @@ def main() -> None:
                 f"{workload.label} N={width}: dense {t['dense'] * 1e3:.3f} mkl "
                 f"{t['mkl'] * 1e3:.3f} base {t['base'] * 1e3:.3f} tuned {t['tuned'] * 1e3:.3f} ms"
                 f" ({row.rounds} rounds, {row.search}: {config_text(row.config)})"
+                + "".join(f" [{note}]" for note in row.notes),
+                markup=False,
             )
     console.print(table(rows))
     if searcher.model_problem:

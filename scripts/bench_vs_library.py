@@ -24,38 +24,28 @@ busy machine is flagged (timings taken under load rank by what ran beside them).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
+from cognate.timing import early_threads, time_interleaved
 
-def _early_threads() -> None:
-    """--threads N must reach OpenMP before any runtime loads (an environment variable).
-
-    Passive OpenMP waits (unless set otherwise), as tune --verify uses: this process holds
-    two OpenMP runtimes (torch bundles its own libgomp; MKL and the generated kernels share
-    the system's), and a runtime's threads spinning after its call steal the cores of
-    whichever call runs next in the round.
-    """
-    os.environ.setdefault("OMP_WAIT_POLICY", "passive")
-    if "--threads" in sys.argv[:-1]:
-        os.environ["OMP_NUM_THREADS"] = sys.argv[sys.argv.index("--threads") + 1]
-
-
-_early_threads()
+# --threads N reaches OpenMP before any runtime loads. Passive OpenMP waits (unless set
+# otherwise), as tune --verify uses: this process holds two OpenMP runtimes (torch bundles its
+# own libgomp; MKL and the generated kernels share the system's), and a runtime's threads
+# spinning after its call steal the cores of whichever call runs next in the round.
+early_threads(sys.argv, passive=True)
 
 import numpy as np  # noqa: E402
 
 import cognate  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
+from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
 from cognate.targets.cpu import library  # noqa: E402
-from cognate.targets.cpu.interleave import interleaved  # noqa: E402
 from cognate.targets.cpu.kernel import mismatch, reference  # noqa: E402
 from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402
-from cognate.timing import machine_load, timing_lock  # noqa: E402
 
 QUICK_MATRIX = "dwt_878"
 
@@ -119,10 +109,6 @@ def bytes_moved(matrix: Matrix, width: int) -> int:
     return matrix.nnz * 8 + (rows + 1) * 4 + (cols + rows) * width * 4
 
 
-def geomean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"one small matrix ({QUICK_MATRIX})")
@@ -180,10 +166,8 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
         print(f"  {matrix.name} N={width}: {name} not timed: {why}", file=sys.stderr)
     if "tuned" not in prepared:
         return None
-    with timing_lock(on_wait=lambda line: print(line, file=sys.stderr)):
-        load = machine_load(threads)
-        timed = interleaved(prepared, rounds=args.rounds)
-    med = {name: t.median for name, t in timed.items()}
+    timed = time_interleaved(prepared, args.rounds, threads=threads)
+    med, load = timed.seconds, timed.load
     tuned = med["tuned"]
 
     def ms(name: str) -> str:

@@ -8,8 +8,8 @@ too (the oracle). The fixed set is chosen on the model's own training matrices f
 record store (``--db``; ``cognate.evaluate.baselines.greedy_fixed_set``), so both sides saw
 the same data. Prints per matrix the speedups over the baseline config and at the end the
 geomeans and the paired ratios model / fixed with a 95% bootstrap CI over the matrices
-(issue 18: "the shipped model's verified top-5 beats the best fixed cpu config set of the
-same size on held-out real matrices").
+(the question: does the shipped model's verified top-5 beat the best fixed cpu config set of
+the same size on held-out real matrices?).
 
     python scripts/eval_tune.py --target cpu --op spmm --width 64 --db records.sqlite \
         --exclude-training [--matrices ../shared/matrices/ngraph] [--min-nnz 10000]

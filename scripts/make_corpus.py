@@ -24,115 +24,36 @@ is kept. ``--max-nnz`` leaves out the recipes above a size (a cheaper subset, sa
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 
 from cognate.errors import CognateError
 from cognate.io import save_matrix
-from cognate.synth import generate
-from cognate.synth.corpus import verify, write_scale
+from cognate.synth.corpus import (
+    BASE_RECIPES,
+    EXTRA_RECIPES,
+    SMALL_SETS,
+    build_set_matrix,
+    set_file_name,
+    verify,
+    write_scale,
+)
 
-# (kind, rows, cols, density, options): a fixed, reviewed list rather than random draws,
-# so the corpus is the same on every machine.
-RECIPES: list[tuple[str, int, int, float, dict]] = [
-    ("uniform", 4096, 4096, 0.002, {}),
-    ("uniform", 16384, 16384, 0.0004, {}),
-    ("uniform", 8192, 2048, 0.004, {}),
-    ("uniform", 2048, 8192, 0.004, {}),
-    ("uniform", 30000, 30000, 0.0002, {}),
-    ("rmat", 8192, 8192, 0.002, {}),
-    ("rmat", 16384, 16384, 0.0005, {}),
-    ("rmat", 32768, 32768, 0.0002, {}),
-    ("rmat", 4096, 4096, 0.01, {"a": 0.45, "b": 0.15, "c": 0.15, "d": 0.25}),
-    ("rmat", 16384, 16384, 0.001, {"a": 0.7, "b": 0.1, "c": 0.1, "d": 0.1}),
-    ("banded", 20000, 20000, 0.0005, {"bandwidth": 16}),
-    ("banded", 8192, 8192, 0.004, {"bandwidth": 64}),
-    ("banded", 50000, 50000, 0.0001, {"bandwidth": 4}),
-    ("banded", 4096, 4096, 0.02, {"bandwidth": 200}),
-    ("block-diagonal", 8192, 8192, 0.003, {"block": 32}),
-    ("block-diagonal", 16384, 16384, 0.0008, {"block": 16}),
-    ("block-diagonal", 4096, 4096, 0.02, {"block": 128}),
-    ("kdiag", 768, 768, 0.1, {}),
-    ("kdiag", 768, 3072, 0.05, {}),
-    ("kdiag", 3072, 768, 0.05, {}),
-    ("kdiag", 768, 768, 0.1, {"permute": "both"}),
-    ("block", 768, 768, 0.1, {"block": 16}),
-    ("block", 3072, 768, 0.05, {"block": 32}),
-    ("block", 768, 768, 0.1, {"block": 16, "permute": "rows"}),
-    ("nm", 768, 768, 0.5, {"n": 2, "m": 4}),
-    ("nm", 768, 3072, 0.125, {"n": 1, "m": 8}),
-    ("nm", 3072, 768, 0.25, {"n": 2, "m": 8, "permute": "cols"}),
-    ("uniform", 1024, 1024, 0.02, {"permute": "both"}),
-    ("rmat", 2048, 2048, 0.01, {"permute": "rows"}),
-    ("banded", 12000, 12000, 0.001, {"bandwidth": 8, "permute": "both"}),
-]
-
-# More of every kind (nnz 20k..400k, mostly <= 200k so 100 cpu configs collect in ~20 s
-# each) and the structured layer masks at 768/3072 shapes, 80-95% sparsity.
-EXTRA: list[tuple[str, int, int, float, dict]] = [
-    ("uniform", 2048, 2048, 0.01, {}),
-    ("uniform", 8192, 8192, 0.002, {}),
-    ("uniform", 20000, 20000, 0.0005, {}),
-    ("uniform", 4096, 16384, 0.002, {}),
-    ("uniform", 16384, 4096, 0.003, {}),
-    ("uniform", 60000, 60000, 0.0001, {}),
-    ("rmat", 4096, 4096, 0.003, {}),
-    ("rmat", 8192, 8192, 0.003, {"a": 0.5, "b": 0.2, "c": 0.2, "d": 0.1}),
-    ("rmat", 65536, 65536, 0.00003, {}),
-    ("rmat", 16384, 16384, 0.0007, {"a": 0.6, "b": 0.15, "c": 0.15, "d": 0.1}),
-    ("banded", 30000, 30000, 0.0002, {"bandwidth": 3}),
-    ("banded", 10000, 10000, 0.001, {"bandwidth": 32}),
-    ("banded", 4096, 4096, 0.005, {"bandwidth": 20}),
-    ("banded", 100000, 100000, 0.00002, {"bandwidth": 1}),
-    ("banded", 2048, 2048, 0.05, {"bandwidth": 100}),
-    ("block-diagonal", 12000, 12000, 0.001, {"block": 24}),
-    ("block-diagonal", 6000, 6000, 0.005, {"block": 64}),
-    ("block-diagonal", 32768, 32768, 0.0001, {"block": 8}),
-    ("block-diagonal", 2048, 2048, 0.03, {"block": 256}),
-    ("kdiag", 768, 768, 0.2, {}),
-    ("kdiag", 768, 768, 0.05, {}),
-    ("kdiag", 768, 3072, 0.1, {}),
-    ("kdiag", 3072, 768, 0.05, {}),
-    ("kdiag", 3072, 768, 0.1, {"permute": "both"}),
-    ("kdiag", 768, 3072, 0.05, {"permute": "both"}),
-    ("kdiag", 768, 768, 0.1, {"permute": "rows"}),
-    ("kdiag", 768, 768, 0.2, {"permute": "cols"}),
-    ("block", 768, 768, 0.2, {"block": 8}),
-    ("block", 768, 3072, 0.1, {"block": 16}),
-    ("block", 3072, 768, 0.05, {"block": 4}),
-    ("block", 768, 768, 0.1, {"block": 32, "permute": "both"}),
-    ("block", 3072, 768, 0.1, {"block": 16, "permute": "both"}),
-    ("nm", 768, 768, 0.2, {}),
-    ("nm", 768, 3072, 0.1, {}),
-    ("nm", 3072, 768, 0.05, {}),
-    ("nm", 768, 768, 0.1, {"permute": "both"}),
-    ("nm", 768, 3072, 0.05, {"permute": "cols"}),
-    ("uniform", 768, 3072, 0.1, {}),
-    ("uniform", 768, 768, 0.1, {}),
-    ("uniform", 3072, 768, 0.05, {}),
-]
-EXTRA_SEED = 100  # EXTRA's seeds start here, away from the base list's 0..29
-SETS = {"base": ("syn", RECIPES, 0, False), "extra": ("ext", EXTRA, EXTRA_SEED, True)}
+# The recipe lists live in the package (the records regenerate their matrices from them);
+# the names stay here for the scripts and tests that read them.
+RECIPES = BASE_RECIPES
+EXTRA = EXTRA_RECIPES
+SETS = SMALL_SETS
 
 
 def write_set(out: Path, name: str, indices: Iterable[int] | None = None) -> list[Path]:
     """Write the recipes of set ``name`` (``base`` or ``extra``; all, or those at
     ``indices``) into ``out``; their paths."""
-    prefix, recipes, first_seed, keep_maps = SETS[name]
     paths = []
-    for index in range(len(recipes)) if indices is None else indices:
-        kind, rows, cols, density, options = recipes[index]
-        options = dict(options)
-        permute = options.pop("permute", None)
-        matrix = generate(
-            kind, rows, cols, density=density, seed=first_seed + index, permute=permute, **options
-        )
-        if not keep_maps:  # the base corpus predates index maps: keep its files identical
-            matrix = dataclasses.replace(matrix, row_perm=None, col_perm=None, _sha256=None)
-        suffix = f"_p{permute}" if permute else ""
-        path = out / f"{prefix}{index:02d}_{kind}_{rows}x{cols}{suffix}.npz"
+    for index in range(len(SETS[name][1])) if indices is None else indices:
+        matrix = build_set_matrix(name, index)
+        path = out / set_file_name(name, index)
         save_matrix(matrix, path)
         print(f"{path.name}: nnz {matrix.nnz}")
         paths.append(path)

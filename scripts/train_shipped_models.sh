@@ -137,7 +137,7 @@ print(f"provenance: {out}")
 EOF
 }
 
-with_portfolio() {  # model -> its portfolio chosen on its validation matrices (issue 18)
+with_portfolio() {  # model -> its portfolio chosen on its validation matrices
   [ -n "$NO_PORTFOLIO" ] && return 0
   echo "== cognate portfolio $1 --db $DB"
   cognate portfolio "$1" --db "$SNAP"

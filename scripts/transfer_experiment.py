@@ -1,4 +1,4 @@
-"""Transfer experiment (issue 6): fine-tune on K target matrices vs zero-shot vs from
+"""Transfer experiment: fine-tune on K target matrices vs zero-shot vs from
 scratch, and the cognate mapper vs the random (falsification) and no-mapper ablations.
 
     python scripts/transfer_experiment.py --db records.db --op spmm --seeds 0 1 2
@@ -18,7 +18,7 @@ The full protocol (settings chosen on validation, TL vs NT over K, bootstrap CIs
 report.md) is `cognate evaluate`; this script is the quick single-K table. It stays because
 it does one thing `cognate evaluate` does not: ``--source synthetic`` (pretrain on the
 target's own synthetic matrices, test on its real ones: a transfer across matrix
-populations; docs/transfer.md's issue 6 results were run that way), where evaluate's only
+populations; docs/transfer.md's experiment results were run that way), where evaluate's only
 fallback source is the target's other op.
 """
 

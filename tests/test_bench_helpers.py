@@ -1,15 +1,18 @@
 """The package helpers the benchmark scripts use instead of their own copies: the MKL
-lookup for sparse_dot_mkl, the generated matrix pair, and bench_cpu's kernel call."""
+lookup for sparse_dot_mkl, the generated matrix pair, bench_cpu's kernel call, and the
+timing protocol (threads set early, interleaved rounds under the timing lock)."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from cognate import timing
 from cognate.synth import generate, synthetic_pair
 from cognate.targets.cpu import library
 from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
@@ -44,6 +47,63 @@ def test_synthetic_pair_is_the_benchmarks_uniform_and_rmat() -> None:
     again = synthetic_pair(20_000)
     assert all((a.csr != b.csr).nnz == 0 for a, b in zip(pair, again, strict=True))
     assert synthetic_pair(5_000)[0].shape == (1000, 1000)  # at least 1000 rows
+
+
+@pytest.fixture
+def private_lock(tmp_path, monkeypatch):
+    """A private timing lock: other cognate processes on the machine neither block us nor
+    are blocked."""
+    monkeypatch.setenv(timing.LOCK_ENV, str(tmp_path / "timing.lock"))
+    monkeypatch.setenv(timing.JOBS_ENV, str(tmp_path / "jobs"))
+
+
+def test_time_interleaved_times_every_call_under_the_lock(private_lock) -> None:
+    held: list[bool] = []
+
+    def probe() -> None:
+        held.append(timing.lock_held_elsewhere())  # our own lock, seen through another fd
+
+    def nap() -> None:
+        time.sleep(0.005)
+
+    timed = timing.time_interleaved({"probe": probe, "nap": nap}, rounds=4, min_sample_s=0.0)
+    assert timed.rounds == 4 and set(timed.seconds) == {"probe", "nap"}
+    assert held == [True] * 5  # a warm-up and one call a round, each under the lock
+    assert not timing.lock_held_elsewhere()  # and released afterwards
+    # A sleep lasts at least its time: a bound that no load breaks, unlike a speed.
+    assert timed.seconds["nap"] >= 0.005 and timed.seconds["probe"] < timed.seconds["nap"]
+    assert timed.load.cores == timing.cores()
+
+
+def test_time_interleaved_budget_lowers_the_rounds_to_at_least_three(private_lock) -> None:
+    def nap() -> None:
+        time.sleep(0.02)
+
+    calls = {"nap": nap}
+    assert timing.time_interleaved(calls, 50, 0.0, budget_s=0.001).rounds == 3
+    assert 3 <= timing.time_interleaved(calls, 50, 0.0, budget_s=0.1).rounds <= 5
+    assert timing.time_interleaved(calls, 4, 0.0, budget_s=600.0).rounds == 4
+
+
+def test_early_threads_reaches_the_runtimes_variables(monkeypatch) -> None:
+    for name in (*timing.THREAD_VARIABLES, "OMP_WAIT_POLICY"):
+        monkeypatch.setenv(name, "unset")  # set-then-delete: restored afterwards
+        monkeypatch.delenv(name)
+    assert timing.early_threads(["bench.py", "--rounds", "3"]) is None
+    assert not any(name in os.environ for name in timing.THREAD_VARIABLES)
+    assert timing.early_threads(["bench.py"], default=2) == 2
+    assert [os.environ[name] for name in timing.THREAD_VARIABLES] == ["2", "2"]
+    assert timing.early_threads(["bench.py", "--threads", "3", "--quick"], default=2) == 3
+    assert [os.environ[name] for name in timing.THREAD_VARIABLES] == ["3", "3"]
+    assert "OMP_WAIT_POLICY" not in os.environ
+    # A bad value is left to the script's argument parser, which names it.
+    assert timing.early_threads(["bench.py", "--threads", "two"], default=4) == 4
+    assert os.environ["OMP_NUM_THREADS"] == "3"
+    timing.early_threads(["bench.py"], passive=True)
+    assert os.environ["OMP_WAIT_POLICY"] == "passive"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "active")
+    timing.early_threads(["bench.py"], passive=True)
+    assert os.environ["OMP_WAIT_POLICY"] == "active"  # the user's choice is kept
 
 
 @pytest.fixture
@@ -132,8 +192,8 @@ def test_corpus_report_label_noise_from_the_repeats_table(shared, tmp_path) -> N
             load=(busy, busy), repeat=True,
         )  # fmt: skip
         lines = module.noise_section(store.frame(), store.repeats())
-    assert lines[0].startswith("cpu spmm label noise: 4 quiet repeated (matrix, config) pairs")
-    assert "Spearman of speedups over the baseline 1.000" in lines[0]
+    assert lines[0].startswith("cpu spmm label noise, repeats on one host (quiet): 4 pairs")
+    assert "Spearman of speedups pooled 1.000" in lines[0]
     assert lines[1].startswith("(1 repeated pairs left out")
 
 

@@ -86,6 +86,9 @@ class SimSpace(ScipySpace):
         super().__init__(op, target="scipy-sim")
 
 
+GATE_ENV = "COGNATE_TEST_GATE"  # "N:PATH": each runner measures N configs, then waits for PATH
+
+
 class ScipyRunner(Runner):
     """Times ``A @ B`` as the config says; a wrong product is an error, never a timing."""
 
@@ -93,6 +96,7 @@ class ScipyRunner(Runner):
 
     def __init__(self, repeats: int = 3, timeout_s: float | None = None) -> None:
         self.repeats = repeats
+        self.measured = 0
 
     def begin_batch(self, matrix: Matrix, op: str, width: int) -> None:
         rng = np.random.default_rng(0)
@@ -102,7 +106,22 @@ class ScipyRunner(Runner):
         self.scale = abs(matrix.csr.astype(np.float64)) @ abs(self.b.astype(np.float64))
 
     def measure_one(self, matrix: Matrix, op: str, width: int, config: Config) -> Measurement:
+        self._gate()
         return self._one(matrix.csr, self.b, self.reference, self.scale, config)
+
+    def _gate(self) -> None:
+        """Under $COGNATE_TEST_GATE, stop before the (N+1)-th config until PATH exists: a test
+        stops a collection at a known point, not in a time window a loaded machine can miss."""
+        self.measured += 1
+        spec = os.environ.get(GATE_ENV)
+        if not spec:
+            return
+        count, path = spec.split(":", 1)
+        deadline = time.monotonic() + 300  # a failed test leaves no collector behind for long
+        while self.measured > int(count) and not os.path.exists(path):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"test gate {path} never opened")
+            time.sleep(0.02)
 
     def _one(
         self,
@@ -333,9 +352,14 @@ def test_cli_missing_file_is_one_line(
     assert not (tmp_path / "r.db").exists()  # nothing touched
 
 
-def _start_and_wait(cmd: list[str], db: Path, at_least: int) -> tuple[subprocess.Popen, int]:
-    """Start a collector; return it once the store holds ``at_least`` records."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def _start_and_wait(
+    cmd: list[str], db: Path, at_least: int, gate: Path
+) -> tuple[subprocess.Popen, int]:
+    """Start a collector whose runners stop after ``at_least`` configs until ``gate`` exists;
+    return it once the store holds ``at_least`` records (so a signal lands mid-collection
+    however slow the machine is)."""
+    env = {**os.environ, GATE_ENV: f"{at_least}:{gate}"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"collector ended early: {proc.communicate()}"
@@ -353,7 +377,7 @@ def _start_and_wait(cmd: list[str], db: Path, at_least: int) -> tuple[subprocess
 
 
 def test_killed_collector_resumes_to_one_record_per_config(
-    suitesparse_files: list[Path], tmp_path: Path
+    suitesparse_files: list[Path], tmp_path: Path, private_timing: Path
 ) -> None:
     by_name = {p.name: p for p in suitesparse_files}
     mats = [str(by_name["bcsstk13.mtx.gz"]), str(by_name["dwt_992.mtx.gz"])]
@@ -371,11 +395,11 @@ def test_killed_collector_resumes_to_one_record_per_config(
         str(db),
         *mats,
     ]
-    proc, _ = _start_and_wait(cli(*args), db, at_least=3)
+    proc, _ = _start_and_wait(cli(*args), db, at_least=3, gate=tmp_path / "gate")
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     killed_at = len(records(db))
-    assert 3 <= killed_at < 36, "the kill must land mid-collection"
+    assert killed_at == 3, "the kill must land mid-collection, at the gate"
 
     done = subprocess.run(cli(*args), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
@@ -387,7 +411,11 @@ def test_killed_collector_resumes_to_one_record_per_config(
     ("target", "extra"), [("scipy-test", []), ("scipy-sim", ["--jobs", "2"])], ids=["seq", "pool"]
 )
 def test_ctrl_c_commits_what_is_done_and_exits_130(
-    suitesparse_files: list[Path], tmp_path: Path, target: str, extra: list[str]
+    suitesparse_files: list[Path],
+    tmp_path: Path,
+    private_timing: Path,
+    target: str,
+    extra: list[str],
 ) -> None:
     by_name = {p.name: p for p in suitesparse_files}
     db = tmp_path / "runs.db"
@@ -405,8 +433,12 @@ def test_ctrl_c_commits_what_is_done_and_exits_130(
         str(db),
         str(by_name["bcsstk13.mtx.gz"]),
     ]
-    proc, _ = _start_and_wait(cli(*args), db, at_least=2)
+    gate = tmp_path / "gate"
+    proc, _ = _start_and_wait(cli(*args), db, at_least=2, gate=gate)
     proc.send_signal(signal.SIGINT)
+    # Opened after the signal: pool workers finish the chunks they hold (then the driver
+    # stores them), while the interrupted driver submits nothing new.
+    gate.touch()
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in out and "Traceback" not in err
@@ -632,38 +664,48 @@ def test_quiet_machine_protocol(
 ) -> None:
     """A cpu-like (exclusive) collection waits for the timing lock, records the load around
     each timing, marks records noisy (one warning line) while another cognate job runs, and
-    times a fixed 5% of each matrix's configs twice."""
-    import io
+    times a fixed 5% of each matrix's configs twice.
 
+    The holder keeps the lock until the collector's console says it waits (an event, not a
+    delay that a loaded machine could outlast)."""
     from rich.console import Console
 
+    console_path = private_timing / "console.txt"
+    console_path.touch()
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
-            "import time, sys\n"
+            "import pathlib, sys, time\n"
             "from cognate.timing import job_marker, timing_lock\n"
+            "console = pathlib.Path(sys.argv[1])\n"
             "with job_marker('collect-spade'):\n"
             "    with timing_lock():\n"
-            "        print('holding', flush=True); time.sleep(2)\n"
-            "    print(time.time(), flush=True); time.sleep(120)\n",
+            "        print('holding', flush=True)\n"
+            "        deadline = time.monotonic() + 300\n"
+            "        while 'waiting for the timing lock' not in console.read_text():\n"
+            "            assert time.monotonic() < deadline, 'the collector never waited'\n"
+            "            time.sleep(0.02)\n"
+            "        print(time.time(), flush=True)  # still held: no record may be older\n"
+            "    time.sleep(300)\n",
+            str(console_path),
         ],
         stdout=subprocess.PIPE,
         text=True,
     )
     try:
         assert holder.stdout.readline().strip() == "holding"
-        out = io.StringIO()
         db = private_timing / "r.db"
-        summary = collect(
-            "scipy-test", "spmm", 16, small, db_path=db, all_configs=True,
-            console=Console(file=out, width=300),
-        )  # fmt: skip
+        with console_path.open("w") as out:
+            summary = collect(
+                "scipy-test", "spmm", 16, small, db_path=db, all_configs=True,
+                console=Console(file=out, width=300),
+            )  # fmt: skip
         released = float(holder.stdout.readline())
     finally:
         holder.kill()
         holder.wait()
-    lines = out.getvalue().splitlines()
+    lines = console_path.read_text().splitlines()
     assert any("waiting for the timing lock" in line for line in lines)
     assert sum("timings unreliable" in line for line in lines) == 1, lines
     df = records(db)

@@ -1,4 +1,4 @@
-"""The cpu target's DIA and reordered-BCSR kernel families (issue 10).
+"""The cpu target's DIA and reordered-BCSR kernel families.
 
 Real kernels through the real runner, checked against scipy: k-diagonal (wrapped) and
 block masks built here with numpy, the same with row/column permutations carried as index

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -285,23 +287,35 @@ def test_verify_job_checks_then_times_under_the_timing_lock(
             {"key": "big", "knobs": dict(too_large.knobs)},
         ],
     }
+    # The holder keeps the lock until the job says it waits (an event, not a sleep: under
+    # load packing and checking can outlast any fixed hold).
     holder = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import time; from cognate import timing\n"
-            "with timing.timing_lock():\n    print('held', flush=True); time.sleep(1.5)",
+            "with timing.timing_lock():\n    print('held', flush=True); time.sleep(600)",
         ],
         stdout=subprocess.PIPE,
         text=True,
     )
+    result: dict = {}
+    worker = threading.Thread(target=lambda: result.update(outcome=run_job(job)))
+    err = ""
     try:
         assert holder.stdout.readline().strip() == "held"
-        outcome = run_job(job)
+        worker.start()
+        deadline = time.monotonic() + 300
+        while "waiting for the timing lock" not in err and time.monotonic() < deadline:
+            time.sleep(0.05)
+            err += capsys.readouterr().err
     finally:
         holder.kill()
         holder.wait()
-    assert "waiting for the timing lock" in capsys.readouterr().err
+        if worker.is_alive():
+            worker.join()
+    assert "waiting for the timing lock" in err
+    outcome = result["outcome"]
     base = outcome["configs"]["base"]
     assert base["status"] == "ok" and base["runtime_s"] > 0 and base["rounds"] == 3
     assert outcome["configs"]["big"]["status"] == "too_large"

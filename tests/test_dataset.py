@@ -149,3 +149,158 @@ def test_repeats_travel_with_the_data_set(tmp_path, shared):
     columns = ["matrix_sha256", "config_hash", "first_s", "repeat_s", "repeat_status"]
     assert after[columns].equals(before[columns])
     assert len(after) == 2
+
+
+# --- generated corpus matrices come back from their recipes ---------------------------------
+
+# a base-set file (20,972 nnz) and a scale-set file (15,223 nnz, a kron of a shared matrix)
+REGENERATED = (
+    "base/syn27_uniform_1024x1024_pboth.npz",
+    "scale/sc262_kron-lp_qap12-blocks_15223.npz",
+)
+
+
+def _corpus_records(tmp_path: Path, monkeypatch) -> tuple[Path, dict[str, bytes]]:
+    """A data set of spade records on two generated corpus files (written by the corpus's
+    own recipes); returns it and the files' bytes."""
+    from cognate.io import load_matrix
+    from cognate.runner import Measurement
+    from cognate.synth.corpus import corpus_recipe
+
+    corpus = tmp_path / "corpus"
+    monkeypatch.setenv("COGNATE_CORPUS", str(corpus))
+    space = get_target("spade").space("spmm")
+    configs = space.sample(4, seed=0, shape=(1000, 1000))
+    measured = [Measurement(c, "ok", (i + 1) * 1e-4, 0.0) for i, c in enumerate(configs)]
+    db = tmp_path / "made.db"
+    originals = {}
+    with Store(db) as store:
+        for relative in REGENERATED:
+            (corpus / relative).parent.mkdir(parents=True, exist_ok=True)
+            path = save_matrix(corpus_recipe(relative)[1](), corpus / relative)
+            originals[relative] = path.read_bytes()
+            matrix = load_matrix(path)
+            store.record(
+                matrix, "spade", "spmm", 16, measured, space_version=space.version, host="sim"
+            )
+    out = tmp_path / "records"
+    assert _invoke("data", "export", "--db", str(db), "--dataset", str(out)).exit_code == 0
+    return out, originals
+
+
+def test_missing_corpus_matrices_come_back_from_their_recipes(tmp_path, monkeypatch, capsys):
+    """A fresh machine has no corpus folder: reading the records regenerates exactly the
+    files they name (byte-identical, checked against the records' sha256), only those a
+    command reads, into the corpus folder; the import itself generates nothing."""
+    from cognate.records import load_runs
+
+    dataset, originals = _corpus_records(tmp_path, monkeypatch)
+    fresh_corpus = tmp_path / "fresh-corpus"
+    monkeypatch.setenv("COGNATE_CORPUS", str(fresh_corpus))
+    db = tmp_path / "fresh.db"
+    assert _invoke("data", "import", str(dataset), "--db", str(db)).exit_code == 0
+    assert not fresh_corpus.exists()
+    space = get_target("spade").space("spmm")
+    (small,) = load_runs(db, space, max_nnz=16_000)
+    assert small.matrix.name.startswith("sc262")
+    assert (fresh_corpus / REGENERATED[1]).read_bytes() == originals[REGENERATED[1]]
+    assert not (fresh_corpus / REGENERATED[0]).exists()  # not read: never generated
+    assert len(load_runs(db, space)) == 2
+    for relative, data in originals.items():
+        assert (fresh_corpus / relative).read_bytes() == data
+    err = capsys.readouterr().err
+    assert err.count("regenerating corpus:") == 2  # each once: then it is cached
+
+
+def test_a_recipe_that_changed_or_is_unknown_is_one_clear_error(tmp_path, monkeypatch, capsys):
+    from cognate.cli import run
+
+    dataset, _ = _corpus_records(tmp_path, monkeypatch)
+    part = pd.read_parquet(dataset / "spade-spmm.parquet")
+    changed = part["source"] == f"corpus:{REGENERATED[0]}"
+    part.loc[changed, "matrix_sha256"] = "0" * 64  # as if the generator had changed since
+    part.loc[~changed, "source"] = "corpus:scale/sc262_not_a_recipe.npz"
+    part.to_parquet(dataset / "spade-spmm.parquet", index=False)
+    fresh_corpus = tmp_path / "fresh-corpus"
+    monkeypatch.setenv("COGNATE_CORPUS", str(fresh_corpus))
+    db = tmp_path / "fresh.db"
+    assert _invoke("data", "import", str(dataset), "--db", str(db)).exit_code == 0
+    for nnz, needle in ((16_000, "is not a readable file"), (None, "the generator changed")):
+        args = ["pretrain", "--db", str(db), "--target", "spade", "--op", "spmm", "-o", "m"]
+        with pytest.raises(SystemExit) as exit_:
+            run([*args, *(["--max-nnz", str(nnz)] if nnz else [])])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 1 and needle in err.strip().splitlines()[-1], err
+        assert "Traceback" not in err
+    assert not (fresh_corpus / REGENERATED[0]).exists()  # a wrong matrix is never written
+
+
+# --- every row of a data set is checked before any of it is stored ---------------------------
+
+
+def _bad(column: str, value):
+    def corrupt(frame: pd.DataFrame) -> pd.DataFrame:
+        frame = frame.copy()
+        if column == "time":  # a text column, as another tool might have written it
+            frame[column] = frame[column].map(lambda t: t.isoformat())
+        elif column == "is_baseline":  # 0/1, as another tool might have written it
+            frame[column] = frame[column].astype(int)
+        elif frame[column].dtype != object:
+            frame[column] = frame[column].astype(object)
+        frame.at[2, column] = value
+        return frame
+
+    return corrupt
+
+
+BAD_ROWS = [
+    (_bad("config", "{not json"), "config '{not json' is not JSON"),
+    (_bad("config", "[1, 2]"), "not a JSON object of knobs"),
+    (_bad("config", '{"rp": {"deep": 1}}'), "not a scalar or a list of scalars"),
+    (_bad("config", '{"rp": NaN}'), "is not JSON"),
+    (_bad("config_hash", "0123456789abcdef"), "config_hash is not the hash"),
+    (_bad("status", "fine"), "status 'fine' is not one of ok, timeout, error, too_large"),
+    (_bad("runtime_s", -1.0), "is not a runtime"),
+    (_bad("runtime_s", float("inf")), "is not a runtime"),
+    (_bad("nnz", 0), "nnz 0 is not an integer"),
+    (_bad("width", 10**9), "width 1000000000 is not an integer in [1, 65536]"),
+    (_bad("rows", 2.5), "rows 2.5 is not an integer"),
+    (_bad("matrix_sha256", "xyz"), "is not 64 hex digits"),
+    (_bad("target", "fpga"), "target 'fpga' is not one of"),
+    (_bad("op", None), "op is missing or not text"),
+    (_bad("time", "yesterday"), "is not a time"),
+    (_bad("is_baseline", 2), "is_baseline 2 is not true or false"),
+]
+
+
+@pytest.mark.parametrize(("corrupt", "needle"), BAD_ROWS)
+def test_a_bad_row_is_refused_naming_file_and_row(
+    store, tmp_path, monkeypatch, capsys, corrupt, needle
+):
+    from cognate.cli import run
+
+    db, corpus = store
+    monkeypatch.setenv("COGNATE_CORPUS", str(corpus))
+    out = tmp_path / "records"
+    assert _invoke("data", "export", "--db", str(db), "--dataset", str(out)).exit_code == 0
+    file = out / "spade-spmm.parquet"
+    corrupt(pd.read_parquet(file)).to_parquet(file, index=False)
+    fresh = tmp_path / "fresh.db"
+    with pytest.raises(SystemExit) as exit_:
+        run(["data", "import", str(out), "--db", str(fresh)])
+    lines = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in lines if not line.startswith("read ")]  # progress: files read
+    assert exit_.value.code == 1 and len(errors) == 1, lines
+    assert f"{file}: row 3: " in errors[0] and needle in errors[0], errors
+    assert not fresh.exists()  # nothing of the data set was stored, the other file neither
+
+
+def test_a_data_set_without_the_record_columns_is_refused(store, tmp_path, capsys):
+    from cognate.cli import run
+
+    file = tmp_path / "other.parquet"
+    pd.DataFrame({"a": [1, 2]}).to_parquet(file)
+    with pytest.raises(SystemExit) as exit_:
+        run(["data", "import", str(file), "--db", str(tmp_path / "x.db")])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 1 and "not a record data set: lacks column(s) matrix" in err

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import re
+import shutil
 import sys
 import tarfile
 import threading
@@ -290,6 +291,7 @@ def test_server_errors_give_one_line(
     closed.server_close()
     err = _cli_error(["data", "search", "--mirror", f"http://127.0.0.1:{port}"], capsys)
     assert f"http://127.0.0.1:{port}/files/ssstats.csv: cannot connect" in err
+    assert "offline? --mirror DIR searches a local folder of Matrix Market files" in err
 
 
 def test_local_folder_mirror_and_bad_index(
@@ -319,3 +321,47 @@ def test_local_folder_mirror_and_bad_index(
     assert suitesparse.search(suitesparse.resolve_base(str(bad)), refresh=True) == []
     err = _cli_error(["data", "search", "--mirror", str(tmp_path / "nope")], capsys)
     assert "neither an http(s) URL nor a directory" in err
+
+
+def test_folder_of_matrix_market_files_is_searched_from_headers(
+    shared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys
+) -> None:
+    """--mirror DIR on plain .mtx / .mtx.gz files (no ssstats.csv): indexed from the headers
+    alone (a file whose entries are garbage is listed all the same), group = subfolder,
+    fetch names the file itself; a bad header is left out with a warning."""
+    monkeypatch.setenv("COGNATE_HOME", str(tmp_path / "home"))
+    folder = tmp_path / "mine"
+    (folder / "graphs").mkdir(parents=True)
+    source = shared / "matrices" / "suitesparse"
+    (folder / "west0479.mtx").write_bytes(
+        gzip.decompress((source / "west0479.mtx.gz").read_bytes())
+    )
+    shutil.copy(source / "bcspwr06.mtx.gz", folder / "graphs" / "bcspwr06.mtx.gz")
+    (folder / "headeronly.mtx").write_text(
+        "%%MatrixMarket matrix coordinate pattern general\n% a comment\n70000 50 12345\nzz\n"
+    )
+    (folder / "broken.mtx").write_text("not a matrix\n")
+    (folder / "notes.txt").write_text("ignored")
+    base = suitesparse.resolve_base(str(folder))
+    everything = {e.full_name: e for e in suitesparse.search(base)}
+    assert set(everything) == {"local/west0479", "graphs/bcspwr06", "local/headeronly"}
+    assert "broken.mtx" in capsys.readouterr().err  # warned, left out
+    west = load_matrix(folder / "west0479.mtx")
+    entry = everything["local/west0479"]
+    assert (entry.rows, entry.cols, entry.nnz, entry.dtype) == (*west.shape, west.nnz, "real")
+    fake = everything["local/headeronly"]
+    assert (fake.rows, fake.cols, fake.nnz, fake.dtype) == (70000, 50, 12345, "binary")
+    assert [e.name for e in suitesparse.search(base, nnz=(10000, None))] == ["headeronly"]
+    assert [e.name for e in suitesparse.search(base, name="graphs/bcs*")] == ["bcspwr06"]
+    result = CliRunner().invoke(
+        main, ["data", "fetch", "bcspwr06", "--mirror", str(folder), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    (got,) = json.loads(result.stdout)
+    assert got["status"] == "local" and got["path"] == str(folder / "graphs" / "bcspwr06.mtx.gz")
+    assert not suitesparse.cache_dir().joinpath("graphs").exists()  # nothing copied
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    capsys.readouterr()
+    err = _cli_error(["data", "search", "--mirror", str(empty)], capsys)
+    assert "no Matrix Market files" in err

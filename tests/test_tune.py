@@ -451,3 +451,116 @@ def test_sddmm_kernel_of_a_result_equals_scipy(tuned) -> None:
         if checked == 3:
             break
     assert checked == 3
+
+
+# --- the printed table ----------------------------------------------------------------------
+
+
+def _printed(result) -> list[str]:
+    """What ``cognate tune`` prints for ``result`` on an 80-column console."""
+    import io
+
+    from rich.console import Console
+
+    from cognate.cli.tune import _print_summary, _print_table
+
+    console = Console(width=80, file=io.StringIO(), record=True)
+    _print_table(console, result)
+    _print_summary(console, result)
+    return console.export_text().splitlines()
+
+
+def _table_result(target: str, base_at: int | None, verified: bool):
+    """A result of 3 ranked configs (scored ranks 1, 2 and a family pick at 40); the
+    baseline config is the one at ``base_at`` (a 1-based position) or, with None, outside
+    the top-k at scored rank 9. Verified: runtimes 1, 2, 3 us, the baseline 1 us."""
+    from cognate.search import Candidate, Timings, TuneResult
+
+    space = get_target(target).space("spmm")
+    configs = [
+        c for c in space.sample(6, seed=1, shape=(100, 100)) if c != space.baseline((100, 100))
+    ][:3]
+    if base_at is not None:
+        configs[base_at - 1] = space.baseline((100, 100))
+    top = [
+        Candidate(i, c, 0.1 * i, space.describe(c), scored_rank=r, family_pick=r == 40)
+        for i, (c, r) in enumerate(zip(configs, (1, 2, 40), strict=True), 1)
+    ]
+    base_config = space.baseline((100, 100))
+    base_rank = 9 if base_at is None else top[base_at - 1].scored_rank
+    baseline = Candidate(base_rank, base_config, 0.5, space.describe(base_config))
+    baseline.scored_rank = base_rank
+    result = TuneResult(_tiny_matrix(), target, "spmm", 8, top, baseline, 256, Path("-"), Timings())
+    if verified:
+        for i, c in enumerate(top, 1):
+            c.status, c.runtime_s, c.spread_s = "ok", i * 1e-6, 0.0
+            if c.config == base_config:
+                c.runtime_s = 1e-6
+        baseline.status, baseline.runtime_s, baseline.spread_s = "ok", 1e-6, 0.0
+        result.verified = True
+    return result
+
+
+def _rows(lines: list[str]) -> list[list[str]]:
+    """The table's data rows' cells (first line of each row)."""
+    cells = [[c.strip() for c in line.strip("│").split("│")] for line in lines if "│" in line]
+    return [row for row in cells if row[0]]
+
+
+def test_rank_1_baseline_is_shown_once_and_said(shared) -> None:
+    lines = _printed(_table_result("spade", base_at=1, verified=True))
+    rows = _rows(lines)
+    assert [r[0] for r in rows] == ["1", "2", "40"]  # the baseline is not a row of its own
+    assert sum("baseline" in r[-1] for r in rows) == 1 and "baseline" in rows[0][-1]
+    text = "\n".join(lines)
+    assert "rank 1 is the baseline config" in text and "no candidate beat it" not in text
+
+
+def test_table_ranks_in_model_order_with_marks_and_a_title_that_fits(shared) -> None:
+    lines = _printed(_table_result("cpu", base_at=None, verified=False))
+    rows = _rows(lines)
+    ranks = [int(r[0]) for r in rows]
+    assert ranks == [1, 2, 40, 9][: len(ranks)] and ranks[:3] == sorted(ranks[:3])
+    assert rows[-1][0] == "9" and rows[-1][-1] == "baseline"  # the baseline, once, at its rank
+    assert rows[2][-1] == "family pick"
+    scores = [float(r[2]) for r in rows[:3]]
+    assert scores == sorted(scores)  # no portfolio here: rank order is score order
+    assert lines[0] == "tiny: 100 x 100, 500 nnz"
+    assert lines[1] == "cpu spmm, width 8: top 3 of 256 scored configs"
+    assert all(len(line) <= 80 for line in lines)
+    text = "\n".join(lines)
+    assert "family pick: its kernel family's best-ranked config" in text
+    assert "simulated" not in text and "predicted best (rank 1):" in text
+
+
+def test_spade_runtimes_are_marked_simulated(shared) -> None:
+    lines = _printed(_table_result("spade", base_at=None, verified=True))
+    header = next(line for line in lines if "rank" in line and "config" in line)
+    assert "simulated" in header and "runtime" not in header
+    text = "\n".join(lines)
+    assert "runtimes are simulated" in text and "(simulated)" in text
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "limit"),
+    [("--candidates", "100000000", "at most 500,000"), ("--top-k", "100000", "at most 256")],
+)
+def test_work_sizing_options_are_bounded(tuned, option, value, limit, capsys) -> None:
+    started = time.perf_counter()
+    code, out, err = run_cli(["tune", str(tuned), option, value], capsys)
+    assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"{option} {value}: {limit}" in err and "Traceback" not in err
+    assert time.perf_counter() - started < 30  # refused before any work (8 GB once)
+
+
+def test_gpu_without_cuda_says_so_first(tuned, tmp_path, monkeypatch, capsys) -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+    monkeypatch.setattr("cognate.model.cost_model.data_dir", lambda: tmp_path)
+    code, out, err = run_cli(["tune", str(tuned), "--target", "gpu"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 1 and "no CUDA GPU" in lines[0] and "no shipped model" in lines[-1]
+    code, out, err = run_cli(["tune", str(tuned), "--target", "gpu", "--verify"], capsys)
+    assert code == 1 and len(err.strip().splitlines()) == 1 and "no CUDA GPU" in err

@@ -95,11 +95,24 @@ def export(
 )
 def import_records(paths: tuple[Path, ...], db_path: Path | None) -> None:
     """Load exported records (Parquet files or data-set folders, e.g. data/records) into a
-    store. Records the store already holds are kept as they are."""
+    store. Records the store already holds are kept as they are. Every row is checked
+    first: a data set with a bad row is refused, naming file and row, and nothing of it is
+    stored."""
     from cognate.dataset import read_dataset, summary
+    from cognate.progress import Ticker, say
     from cognate.store import Store, default_db_path
 
-    frame = read_dataset(list(paths))  # read and checked before the store is touched
+    frame = read_dataset(list(paths), log=say)  # read and checked before the store is touched
+    added = kept = 0
+    ticker = Ticker("stored", len(frame), every=0, unit="records")  # a line per chunk
     with Store(db_path or default_db_path()) as store:
-        added, kept = store.import_frame(frame)
+        # in chunks, each its own transaction, so a pipe sees it move; a killed import
+        # keeps whole chunks and a rerun adds the rest (rows already there are kept)
+        for start in range(0, len(frame), IMPORT_CHUNK):
+            chunk_added, chunk_kept = store.import_frame(frame.iloc[start : start + IMPORT_CHUNK])
+            added, kept = added + chunk_added, kept + chunk_kept
+            ticker.update(min(start + IMPORT_CHUNK, len(frame)))
     click.echo(f"imported {added} records ({kept} already there): {summary(frame)}")
+
+
+IMPORT_CHUNK = 100_000  # rows per transaction: a line every few seconds

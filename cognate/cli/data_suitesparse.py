@@ -25,8 +25,10 @@ def _mirror_options(func: Callable[..., Any]) -> Callable[..., Any]:
             "--mirror",
             default=None,
             metavar="URL|DIR",
-            help=f"Collection base URL or local mirror folder (default: ${suitesparse.URL_ENV}, "
-            f"else {suitesparse.DEFAULT_URL}).",
+            help="Collection base URL, a local copy of the collection, or any folder of "
+            "Matrix Market files (.mtx, .mtx.gz: indexed from their headers, group = subfolder, "
+            "nnz = entries stored; fetch then names the file itself; works offline). "
+            f"Default: ${suitesparse.URL_ENV}, else {suitesparse.DEFAULT_URL}.",
         ),
         click.option("--refresh-index", is_flag=True, help="Download the index again."),
         click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table."),

@@ -80,6 +80,14 @@ def register(main: click.Group, data: click.Group) -> None:
 @click.option("--from-scratch", is_flag=True, help="No pretrained weights (same architecture).")
 @click.option("--zero-shot", is_flag=True, help="No fine-tuning: score the pretrained model.")
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the default.")
+@click.option(
+    "--max-nnz",
+    type=click.IntRange(min=1),
+    default=None,
+    help="Leave target matrices above this many nonzeros out (picking, validation, test). "
+    "Default: the pretrained model's own --max-nnz when it was trained with one (its "
+    "featurizer never saw larger matrices), else none.",
+)
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Model file.")
 def finetune(
     pretrained: Path,
@@ -95,6 +103,7 @@ def finetune(
     from_scratch: bool,
     zero_shot: bool,
     epochs: int | None,
+    max_nnz: int | None,
     output: Path,
 ) -> None:
     """Fine-tune a pretrained cost model on K target matrices (the COGNATE transfer).
@@ -103,10 +112,11 @@ def finetune(
     matrices are picked with --seed, training early-stops on validation, and test is scored
     once. The model and everything about the run are written to -o.
     """
-    from cognate.model.train import save_checkpoint
-    from cognate.records import load_runs  # torch and the model: only when run
+    from cognate.model.train import read_metadata, save_checkpoint
+    from cognate.progress import EpochReporter, plural, read_runs
+    from cognate.records import record_frame  # torch and the model: only when run
     from cognate.targets import get_target
-    from cognate.transfer.finetune import FinetuneOptions
+    from cognate.transfer.finetune import FinetuneOptions, matrices_needed
     from cognate.transfer.finetune import finetune as run_finetune
 
     if not pretrained.is_file():
@@ -122,19 +132,42 @@ def finetune(
         zero_shot=zero_shot,
         epochs=epochs,
     ).resolved()
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # a pipe gets whole lines
+    trained_max = read_metadata(pretrained).get("max_nnz")
+    inherited = max_nnz is None and isinstance(trained_max, int) and trained_max > 0
+    if inherited:
+        max_nnz = trained_max
     space = get_target(target).space(op)
-    runs = load_runs(db, space)
-    console.print(f"{len({r.key for r in runs})} {target} {op} matrices in {db}")
-
-    def progress(epoch: int, step: int, total: int, metrics: dict[str, float] | None) -> None:
-        if metrics is not None:
-            console.print(
-                f"epoch {epoch}: val acc {metrics['pairwise_accuracy']:.3f} "
-                f"top1 {metrics['top1']:.3f}x top5 {metrics['top5']:.3f}x"
-            )
-
-    result = run_finetune(pretrained, runs, space, options, progress)
+    frame = record_frame(db, space, max_nnz)
+    frame = frame[frame["runtime_s"] > 0]  # what training reads (runs_from_frame)
+    names = frame.drop_duplicates("matrix_sha256").set_index("matrix_sha256")["matrix"]
+    names = names.to_dict()
+    needed = matrices_needed(names, options)
+    size = ""
+    if max_nnz is not None:
+        why = " (the pretrained model's --max-nnz)" if inherited else ""
+        size = f" of at most {max_nnz} nnz{why}"
+    console.print(
+        f"{len(names)} {target} {op} matrices{size} in {db}; "
+        + (
+            f"reading the {len(needed)} this run uses ({options.matrices} to fine-tune on, "
+            "the validation and test splits)"
+            if needed is not None
+            else f"reading all of them (--select {selection} embeds every training matrix)"
+        )
+    )
+    if needed is not None:
+        frame = frame[frame["matrix_sha256"].isin(needed)]
+    runs = read_runs(frame, space)
+    if not zero_shot:
+        console.print(
+            f"fine-tuning up to {plural(options.epochs, 'epoch')} "
+            f"(early stop after {options.patience} "
+            "without a better validation score), a line per epoch; epoch 0 embeds the "
+            "validation matrices and scores the pretrained model first"
+        )
+    progress = EpochReporter(options.epochs, before="fine-tuning")
+    result = run_finetune(pretrained, runs, space, options, progress, names=names)
     save_checkpoint(output, result.model, result.metadata)
     _summary(console, result.metadata, output)
 
@@ -143,6 +176,7 @@ def _summary(console: Console, meta: dict, output: Path) -> None:
     opts = meta["transfer"]["options"]
     picked = ", ".join(m["name"] for m in meta["split"]["finetune"])
     console.print(f"fine-tune matrices: {picked}")
+    console.print(kept_epoch_line(meta))
     table = Table(
         title=f"mapper {opts['mapper']}, latent {opts['latent']}"
         + (", from scratch" if opts["from_scratch"] else "")
@@ -160,3 +194,30 @@ def _summary(console: Console, meta: dict, output: Path) -> None:
         )
     console.print(table)
     console.print(f"model written to {output}")
+
+
+def kept_epoch_line(meta: dict) -> str:
+    """Which epoch's weights the model holds, and why (from the metadata's history)."""
+    opts, metrics = meta["transfer"]["options"], meta["metrics"]
+    history, best = metrics["history"], metrics["best_epoch"]
+    key = meta["preset"]["train"]["early_stop_metric"]
+    label = "validation " + key.replace("pairwise_", "")
+    values = [h[key] for h in history]
+    if opts["zero_shot"]:
+        return f"zero-shot: no fine-tuning; the pretrained model scores {label} {values[0]:.3f}"
+    tuned = values[1:]
+    run = len(tuned)
+    stopped = f"; stopped after {run} of {opts['epochs']} epochs" if run < opts["epochs"] else ""
+    if best == 0:
+        if not tuned:
+            trend = "no fine-tuning epoch ran"
+        elif all(b < a for a, b in zip(values, tuned, strict=False)):
+            trend = f"fell every epoch ({values[0]:.3f} -> {values[-1]:.3f})"
+        else:
+            trend = f"no fine-tuning epoch beat it (best {max(tuned):.3f})"
+        return (
+            f"kept epoch 0 (before fine-tuning, the pretrained weights): {label} "
+            f"{values[0]:.3f}; {trend}{stopped}"
+        )
+    start = "" if opts["from_scratch"] else f", up from {values[0]:.3f} before fine-tuning"
+    return f"kept epoch {best} of {run}: best {label} {values[best]:.3f}{start}{stopped}"

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING
 
 import click
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from cognate.cli.options import TARGET
@@ -21,17 +20,6 @@ if TYPE_CHECKING:  # torch and pandas load only when a command runs: `cognate --
 
 def register(main: click.Group, data: click.Group) -> None:
     main.add_command(pretrain)
-
-
-def _progress_bar(console: Console) -> Progress:
-    return Progress(
-        TextColumn("epoch {task.fields[epoch]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[status]}"),
-        TimeElapsedColumn(),
-        console=console,
-    )
 
 
 @click.command()
@@ -86,6 +74,8 @@ def pretrain(
 
     from cognate.model.preset import load_preset, preset_names
     from cognate.model.train import save_checkpoint, train
+    from cognate.progress import EpochReporter, plural, read_runs
+    from cognate.records import record_frame
     from cognate.targets import get_target
 
     if preset not in preset_names():
@@ -96,35 +86,23 @@ def pretrain(
     if threads:
         torch.set_num_threads(threads)
     space = get_target(target).space(op)
-    console = Console(stderr=True)
-    runs, held_out = _hold_out(load_runs(db, space, max_nnz), hold_out, seed)
+    console = Console(stderr=True, soft_wrap=True)  # a pipe gets whole lines
+    frame = record_frame(db, space, max_nnz)
+    runs, held_out = _hold_out(read_runs(frame, space), hold_out, seed)
     n_matrices = len({r.key for r in runs})
     console.print(
         f"{n_matrices} matrices, {len(runs)} (matrix, width) groups, "
         f"{sum(len(r.configs) for r in runs)} configs; preset {preset}, seed {seed}"
         + (f"; matrices above {max_nnz} nnz left out" if max_nnz else "")
     )
-    with _progress_bar(console) as bar:
-        task = bar.add_task("train", total=None, epoch=0, status="")
-
-        def progress(epoch: int, step: int, total: int, metrics: dict[str, float] | None) -> None:
-            status = ""
-            if metrics is not None:
-                status = (
-                    f"val acc {metrics['pairwise_accuracy']:.3f} "
-                    f"top1 {metrics['top1']:.3f}x top5 {metrics['top5']:.3f}x "
-                    f"oracle {metrics['oracle']:.3f}x"
-                )
-                bar.console.print(f"epoch {epoch}: {status}")
-            bar.update(
-                task,
-                completed=step,
-                total=total,
-                epoch=epoch,
-                **({"status": status} if status else {}),
-            )
-
-        result = train(runs, space, spec, seed=seed, progress=progress, held_out=held_out)
+    console.print(
+        f"training up to {plural(spec.train.epochs, 'epoch')} "
+        f"(early stop after {spec.train.patience} "
+        "without a better validation score; --epochs to change), a line per epoch; "
+        "epoch 0 scores the untrained model on the validation split first"
+    )
+    progress = EpochReporter(spec.train.epochs)
+    result = train(runs, space, spec, seed=seed, progress=progress, held_out=held_out)
     if max_nnz is not None:
         result.metadata["max_nnz"] = max_nnz
     save_checkpoint(output, result.model, result.metadata)

@@ -17,6 +17,13 @@ from rich.table import Table
 from cognate.cli.options import TARGET
 from cognate.targets import OPS
 
+# Bounds of the options that size the work. Every candidate is drawn, encoded and scored in
+# memory: measured ~1.2 KB each (cpu spmm, peak RSS 0.77 GB at 20,000, 0.99 GB at 200,000),
+# so 100,000,000 once passed 8 GB; 500,000 (25x the default sample) stays within ~0.6 GB
+# of the default. With --verify each of the top-k is measured; 256 is a whole spade space.
+MAX_CANDIDATES = 500_000
+MAX_TOP_K = 256
+
 
 def register(main: click.Group, data: click.Group) -> None:
     main.add_command(tune)
@@ -33,46 +40,106 @@ def _time(seconds: float | None) -> str:
 
 
 def _print_table(console: Console, result: Any) -> None:
-    verified = result.verified
-    table = Table(
-        title=f"{result.matrix.name} ({result.matrix.shape[0]}x{result.matrix.shape[1]}, "
-        f"{result.matrix.nnz} nnz): {result.target} {result.op}, width {result.width}, "
-        f"top {len(result.candidates)} of {result.n_scored} scored"
+    """The top-k in the model's rank order, the baseline once, and a note per marked row."""
+    from cognate.hostid import is_simulated
+
+    matrix, verified = result.matrix, result.verified
+    simulated = is_simulated(result.target)
+    # two short header lines, not a table title: a title wraps mid-phrase at 80 columns
+    console.print(f"{matrix.name}: {matrix.shape[0]} x {matrix.shape[1]}, {matrix.nnz} nnz")
+    console.print(
+        f"{result.target} {result.op}, width {result.width}: top {len(result.candidates)} "
+        f"of {result.n_scored} scored configs"
     )
+    base = result.baseline
+    rows = list(result.candidates)
+    if not any(c.config == base.config for c in rows):
+        rows.append(base)  # shown once: as its own row only when not among the top-k
+    notes = [_notes(c, base) for c in rows]
+    table = Table()
     table.add_column("rank", justify="right")
     table.add_column("config")
     table.add_column("score", justify="right")
     if verified:
-        table.add_column("runtime", justify="right")
+        table.add_column("simulated" if simulated else "runtime", justify="right")
         table.add_column("vs base", justify="right")
-    base_s = result.baseline.runtime_s
-    rows = [*result.candidates, result.baseline]
-    for c in rows:
-        label = "base" if c is result.baseline else f"{c.rank}{'*' if c.family_pick else ''}"
-        cells = [label, c.description, f"{c.score:.4f}"]
+    if any(notes):
+        table.add_column("note")
+    for c, note in zip(rows, notes, strict=True):
+        cells = [str(c.scored_rank or c.rank), c.description, f"{c.score:.4f}"]
         if verified:
             ok = c.status == "ok" and c.runtime_s
             spread = f" ±{_time(c.spread_s)}" if ok and c.spread_s else ""  # interquartile
             cells.append(_time(c.runtime_s) + spread if ok else c.status or "-")
-            cells.append(f"{base_s / c.runtime_s:.3f}x" if ok and base_s else "-")
-        table.add_row(*cells)
+            cells.append(f"{base.runtime_s / c.runtime_s:.3f}x" if ok and base.runtime_s else "-")
+        table.add_row(*cells, *([", ".join(note)] if any(notes) else []))
     console.print(table)
-    if any(c.family_pick for c in result.candidates):
-        console.print("* its kernel family's best-ranked config, below the model's top-k")
+    for line in _footnotes(result, notes, simulated and verified):
+        console.print(line)
+
+
+def _notes(candidate: Any, baseline: Any) -> list[str]:
+    notes = []
+    if candidate.config == baseline.config:
+        notes.append("baseline")
+    if candidate.portfolio:
+        notes.append("portfolio")
+    if candidate.family_pick:
+        notes.append("family pick")
+    return notes
+
+
+def _footnotes(result: Any, notes: list[list[str]], simulated: bool) -> list[str]:
+    marks = {m for note in notes for m in note}
+    lines = [
+        f"rank: place in the model's ranking of the {result.n_scored} scored configs "
+        "(lower score = predicted faster)"
+    ]
+    if "portfolio" in marks:
+        lines.append(
+            "portfolio: one of the model's fixed configs (the set that won most often on its "
+            "training matrices), ranked ahead of the rest in the portfolio's own order"
+        )
+    if "family pick" in marks:
+        lines.append(
+            "family pick: its kernel family's best-ranked config, measured in place of a lower "
+            "pick so that every family is tried (--no-cover-families: the plain top-k)"
+        )
+    if simulated:
+        lines.append(f"runtimes are simulated: the {result.target} simulator, not hardware")
+    return lines
 
 
 def _print_summary(console: Console, result: Any) -> None:
+    from cognate.hostid import is_simulated
+
     best = result.best
+    sim = " (simulated)" if is_simulated(result.target) else ""
+    rank_1_is_base = result.candidates[0].config == result.baseline.config
     if not result.verified:
-        console.print(f"predicted best (rank 1): {best.description}")
+        if rank_1_is_base:
+            console.print(
+                f"predicted best (rank 1) is the baseline config itself: {best.description}"
+            )
+        else:
+            console.print(f"predicted best (rank 1): {best.description}")
         return
     if best.status != "ok":
         console.print("no top-k candidate ran successfully; see the table")
         return
-    if result.kept_baseline:
-        text = f"kept the baseline: no candidate beat it ({_time(best.runtime_s)})"
+    if result.kept_baseline and rank_1_is_base:
+        text = (
+            "rank 1 is the baseline config, and no other candidate beat it: keep it "
+            f"({_time(best.runtime_s)}{sim})"
+        )
+    elif result.kept_baseline:
+        text = (
+            "kept the baseline: no candidate beat it by more than the timing spread "
+            f"({_time(best.runtime_s)}{sim})"
+        )
     else:
-        text = f"best: rank {best.rank}, {_time(best.runtime_s)}, {best.description}"
+        text = f"best: rank {best.scored_rank or best.rank}, {_time(best.runtime_s)}{sim}, "
+        text += best.description
         if result.speedup_vs_baseline is not None:
             text += f"; {result.speedup_vs_baseline:.3f}x vs baseline"
     if result.speedup_vs_library is not None:
@@ -102,13 +169,21 @@ def _print_summary(console: Console, result: Any) -> None:
     default=None,
     help="Cost model (default: the shipped data/models/<target>-<op>.safetensors).",
 )
-@click.option("--top-k", "top_k", type=click.IntRange(min=1), default=5, show_default=True)
+@click.option(
+    "--top-k",
+    "top_k",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help=f"Configs shown (and measured with --verify); at most {MAX_TOP_K}.",
+)
 @click.option(
     "--candidates",
     type=click.IntRange(min=1),
     default=20_000,
     show_default=True,
-    help="Sampled candidates (spaces small enough are scored whole).",
+    help="Sampled candidates (spaces small enough are scored whole); "
+    f"at most {MAX_CANDIDATES:,} (each costs ~1.2 KB of memory).",
 )
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option(
@@ -165,7 +240,10 @@ def tune(
     from cognate.io import load_matrix
     from cognate.search import emit as emit_files
 
+    _check_bounds(top_k, candidates)
     console = Console(stderr=as_json)
+    if target == "gpu":
+        _say_if_no_gpu(verify)
     loaded = load_matrix(matrix)
     with console.status("measuring") if verify else contextlib.nullcontext():
         result = tune_api(
@@ -199,6 +277,38 @@ def tune(
         console.print(f"recorded {recorded[1]} measurements in {recorded[0]}")
     for path in files:
         console.print(f"wrote {path}")
+
+
+def _check_bounds(top_k: int, candidates: int) -> None:
+    """One line (and nothing allocated) for a size past the bounds above."""
+    from cognate.errors import CognateError
+
+    if candidates > MAX_CANDIDATES:
+        raise CognateError(
+            f"--candidates {candidates}: at most {MAX_CANDIDATES:,} (each candidate is held "
+            "in memory while it is scored, ~1.2 KB)"
+        )
+    if top_k > MAX_TOP_K:
+        raise CognateError(
+            f"--top-k {top_k}: at most {MAX_TOP_K} (a whole spade space; with --verify each "
+            "one is measured)"
+        )
+
+
+def _say_if_no_gpu(verify: bool) -> None:
+    """Without a CUDA GPU, say so first: the errors that follow (no shipped gpu model, no
+    runner) all come from it."""
+    from cognate.errors import CognateError
+    from cognate.targets.gpu import cuda_missing
+
+    missing = cuda_missing()
+    if missing is None:
+        return
+    if verify:
+        raise CognateError(f"--target gpu --verify: {missing}")
+    # on stderr, where the errors that may follow go
+    click.echo(f"note: {missing}", err=True)
+    click.echo("gpu kernels cannot run here: a gpu model can rank them, --verify cannot", err=True)
 
 
 def _record(result: Any, db: Path | None, no_record: bool) -> tuple[Path, int] | None:

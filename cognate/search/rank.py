@@ -61,6 +61,10 @@ class Candidate:
     error: str | None = None
     family_pick: bool = False  # below the top-k, measured as its kernel family's best-ranked
     spread_s: float | None = None  # verified on cpu: interquartile range of the rounds
+    # position in the model's ranking of every scored config (``rank`` numbers the top-k
+    # 1..k among themselves once configs that cannot run are skipped); 0: not known
+    scored_rank: int = 0
+    portfolio: bool = False  # one of the model's portfolio configs, ranked ahead of the rest
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -70,6 +74,8 @@ class Candidate:
             "hash": self.config.hash,
             "score": self.score,
             "family_pick": self.family_pick,
+            "scored_rank": self.scored_rank,
+            "portfolio": self.portfolio,
         }
         if self.status is not None:
             out.update(status=self.status, runtime_s=self.runtime_s, spread_s=self.spread_s)
@@ -169,7 +175,10 @@ def rank(
     timings.rank_s = time.perf_counter() - start
     timings.search_s = time.perf_counter() - wall
     ranked = [
-        Candidate(r, configs[i], float(scores[i]), "") for r, i in enumerate(order.tolist(), 1)
+        Candidate(
+            r, configs[i], float(scores[i]), "", scored_rank=r, portfolio=bool(positions[i] >= 0)
+        )
+        for r, i in enumerate(order.tolist(), 1)
     ]
     return ranked, timings
 
@@ -206,7 +215,11 @@ def runnable_top(
             skipped += 1
     if family is not None:
         top = _cover_families(top, ranked, family, fits)
-    return [dataclasses.replace(c, rank=i) for i, c in enumerate(top, 1)], skipped
+    renumbered = [
+        dataclasses.replace(c, rank=i, scored_rank=c.scored_rank or c.rank)
+        for i, c in enumerate(top, 1)
+    ]
+    return renumbered, skipped
 
 
 def _cover_families(

@@ -138,6 +138,7 @@ class TuneResult:
             "candidates": [c.as_dict() for c in self.candidates],
             "best": {
                 "rank": best.rank,
+                "scored_rank": best.scored_rank,  # place in the ranking of every scored config
                 "config": dict(best.config.knobs),
                 "description": best.description,
                 "runtime_s": best.runtime_s,

@@ -85,7 +85,7 @@ KINDS: tuple[str, ...] = GENERIC_KINDS + STRUCTURED_KINDS  # sized by rows, cols
 SCALE_KINDS: tuple[str, ...] = ("mesh2d", "mesh3d", "powerlaw", "road", "circuit", "lp", "kron")
 ALL_KINDS: tuple[str, ...] = KINDS + SCALE_KINDS
 PERMUTE_CHOICES: tuple[str, ...] = ("rows", "cols", "both")
-# The layer workloads of docs/architecture.md, Structured sparsity (issue 10): pruned NN weights (M x N) and the
+# The layer workloads of docs/architecture.md, Structured sparsity: pruned NN weights (M x N) and the
 # sparsities the structured-sparsity papers report.
 LAYER_SHAPES: tuple[tuple[int, int], ...] = ((768, 768), (768, 3072), (3072, 768), (4096, 4096))
 LAYER_SPARSITIES: tuple[float, ...] = (0.6, 0.8, 0.9, 0.95, 0.99)

@@ -1,4 +1,4 @@
-"""Per-target autoencoders over the heterogeneous knobs (docs/architecture.md, Cost model, issue 6).
+"""Per-target autoencoders over the heterogeneous knobs (docs/architecture.md, Cost model).
 
 The heterogeneous knobs of a target are those its config mapper does not express
 (``space.knob_features``: cpu formats and chunk, spade bypass and scheduling, gpu split,

@@ -8,7 +8,7 @@ mapping decides what transfers. Each target's mapper is its ``Space.loop_nest`` 
 docstring there is the specification; the tests pin each with a table), so a new target
 brings its mapping with its space and nothing here changes.
 
-Ablations (issue 6), each selected by name in ``homogeneous_encoder``:
+Ablations, each selected by name in ``homogeneous_encoder``:
 - ``cognate``: the mapping below;
 - ``none``: no mapper: the target's raw knob values fill the homogeneous slot (zero
   padded to its width), so the pretrained weights of p read unrelated numbers;

@@ -13,6 +13,16 @@ from cognate.targets import Target
 from cognate.targets.gpu.space import GpuSpace
 
 
+def cuda_missing() -> str | None:
+    """Why this machine cannot run the gpu target (no CUDA GPU), or None when it can.
+    Said before anything else about the gpu target, since every other error follows."""
+    import torch
+
+    if torch.cuda.is_available():
+        return None
+    return "no CUDA GPU on this machine (torch.cuda.is_available() is False)"
+
+
 def make_runner(**options: Any) -> Runner:
     from cognate.targets.gpu.runner import GpuRunner  # imports torch and triton
 
