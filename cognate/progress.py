@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from cognate.matrix import Matrix
-    from cognate.model.train import MatrixRuns
+    from cognate.records import MatrixRuns
     from cognate.space import Space
 
 EVERY_S = 15.0  # a line at least this often while a phase runs: often enough to see it move

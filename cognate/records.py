@@ -1,12 +1,16 @@
 """Training data from the record store: a store's ok records of one space, grouped per
-(matrix, width, host) as ``MatrixRuns`` (``runs_per_host``), with each matrix re-loaded from its source file and
-checked against the hash it was measured with. ``pretrain``, ``finetune`` and
-``evaluate`` all read their records through here."""
+(matrix, width, host) as ``MatrixRuns`` (``runs_per_host``), with each matrix re-loaded from
+its source file and checked against the hash it was measured with. ``pretrain``,
+``finetune``, ``evaluate`` and ``tune --learn`` all read their records through here."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from cognate.errors import CognateError
 
@@ -14,10 +18,66 @@ if TYPE_CHECKING:  # pandas and torch load only when records are read
     from collections.abc import Callable, Collection
 
     import pandas as pd
+    import torch
 
+    from cognate.config import Config
     from cognate.matrix import Matrix
-    from cognate.model.train import MatrixRuns
     from cognate.space import Space
+
+
+@dataclass
+class MatrixRuns:
+    """The measured configs of one matrix at one width (on one host: see ``runs_per_host``)."""
+
+    matrix: Matrix
+    width: int
+    configs: list[Config]
+    runtimes: np.ndarray  # seconds, one per config
+    baseline: int | None  # index of the space's baseline config, when measured
+    features: torch.Tensor | None = field(default=None, repr=False)  # raw encodings
+
+    @property
+    def key(self) -> str:
+        return self.matrix.sha256
+
+
+def runs_from_frame(
+    frame: pd.DataFrame, space: Space, load: Callable[[pd.Series], Matrix]
+) -> list[MatrixRuns]:
+    """Group ok records by (matrix, width); repeated configs take the median (callers that
+    may hold several hosts split by host first: ``runs_per_host``).
+
+    ``load`` returns the Matrix of a frame row (the first row of each matrix). Records of
+    another space version are not comparable and must be filtered out by the caller.
+    """
+    frame = frame[(frame["status"] == "ok") & (frame["runtime_s"] > 0)]
+    matrices: dict[str, Matrix] = {}
+    runs = []
+    for (sha, width), rows in frame.groupby(["matrix_sha256", "width"], sort=True):
+        if sha not in matrices:
+            matrices[sha] = load(rows.iloc[0])
+        matrix = matrices[sha]
+        per_config = rows.groupby("config_hash", sort=True).agg(
+            config=("config", "first"),
+            runtime_s=("runtime_s", "median"),
+            is_baseline=("is_baseline", "max"),
+        )
+        configs = [space.validate(json.loads(text)) for text in per_config["config"]]
+        baseline_hash = space.baseline(matrix.shape).hash
+        flags = [
+            bool(b) or c.hash == baseline_hash
+            for c, b in zip(configs, per_config["is_baseline"], strict=True)
+        ]
+        runs.append(
+            MatrixRuns(
+                matrix=matrix,
+                width=int(width),
+                configs=configs,
+                runtimes=per_config["runtime_s"].to_numpy(dtype=np.float64, copy=True),
+                baseline=flags.index(True) if any(flags) else None,
+            )
+        )
+    return runs
 
 
 def load_record_matrix(row: pd.Series) -> Matrix:
@@ -57,8 +117,6 @@ def runs_per_host(
     median across hosts. A matrix measured on two hosts is two ranking tasks; it still
     belongs to one split (splits go by matrix). Each matrix file is read once.
     """
-    from cognate.model.train import runs_from_frame
-
     loaded: dict[str, Matrix] = {}
 
     def load_once(row: pd.Series) -> Matrix:

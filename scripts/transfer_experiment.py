@@ -36,8 +36,8 @@ import torch
 from cognate.evaluate.harness import random_pick
 from cognate.evaluate.stats import geomean
 from cognate.model.preset import preset_from_dict
-from cognate.model.train import MatrixRuns, save_checkpoint, train
-from cognate.records import load_runs
+from cognate.model.train import train
+from cognate.records import MatrixRuns, load_runs
 from cognate.targets import get_target
 from cognate.transfer.autoencoder import transfer_settings
 from cognate.transfer.finetune import FinetuneOptions, finetune, transfer_encoder
@@ -126,7 +126,7 @@ def main() -> int:
         flush=True,
     )
     workdir = Path(tempfile.mkdtemp(prefix="cognate-transfer-"))
-    model_path = save_checkpoint(workdir / "pretrained.safetensors", pre.model, pre.metadata)
+    model_path = pre.save(workdir / "pretrained.safetensors")
     print(f"# pretrained model: {model_path}", flush=True)
 
     results: dict[str, list[dict[str, float]]] = {name: [] for name in args.variants}

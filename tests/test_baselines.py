@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from cognate.evaluate import baselines
-from cognate.model.train import MatrixRuns
+from cognate.records import MatrixRuns
 from cognate.synth import generate
 from cognate.targets import get_target
 

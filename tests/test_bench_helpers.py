@@ -145,7 +145,7 @@ def test_compare_baselines_ranks_only_the_portfolio(shared) -> None:
 
     from cognate.config import Config
     from cognate.io import load_matrix
-    from cognate.model.train import MatrixRuns
+    from cognate.records import MatrixRuns
 
     spec = importlib.util.spec_from_file_location("compare", SCRIPTS / "compare_baselines.py")
     module = importlib.util.module_from_spec(spec)

@@ -17,6 +17,7 @@ import torch
 
 from cognate.errors import CognateError
 from cognate.io import load_matrix
+from cognate.model.cost_model import LearnedModel
 from cognate.model.encoding import (
     LoopNestEncoder,
     RawKnobEncoder,
@@ -218,7 +219,7 @@ def test_training_improves_validation_ranking(spade_runs, spade_space) -> None:
     ]
     for r in val:
         r.features = make_encoder(spade_space).encode(r.configs, r.matrix.shape, r.width)
-    assert evaluate(result.model, val)["pairwise_accuracy"] == pytest.approx(
+    assert evaluate(result.network, val)["pairwise_accuracy"] == pytest.approx(
         best["pairwise_accuracy"], abs=1e-6
     )
 
@@ -229,9 +230,11 @@ def test_training_is_deterministic_per_seed(spade_runs, spade_space) -> None:
     b = train(fresh(runs), spade_space, small_preset(epochs=2), seed=7)
     c = train(fresh(runs), spade_space, small_preset(epochs=2), seed=8)
     assert a.metadata["metrics"] == b.metadata["metrics"]
-    for key, value in a.model.state_dict().items():
-        assert torch.equal(value, b.model.state_dict()[key]), key
-    assert any(not torch.equal(v, c.model.state_dict()[k]) for k, v in a.model.state_dict().items())
+    for key, value in a.network.state_dict().items():
+        assert torch.equal(value, b.network.state_dict()[key]), key
+    assert any(
+        not torch.equal(v, c.network.state_dict()[k]) for k, v in a.network.state_dict().items()
+    )
 
 
 def test_frozen_featurizer_trains_only_the_predictor(spade_runs, spade_space) -> None:
@@ -242,7 +245,7 @@ def test_frozen_featurizer_trains_only_the_predictor(spade_runs, spade_space) ->
     torch.manual_seed(3)
     initial = RankingNetwork(frozen, 41).featurizer.state_dict()
     result = train(fresh(spade_runs[:8]), spade_space, frozen, seed=3)
-    for key, value in result.model.featurizer.state_dict().items():
+    for key, value in result.network.featurizer.state_dict().items():
         assert torch.equal(value, initial[key]), key
 
 
@@ -252,23 +255,22 @@ def test_frozen_featurizer_trains_only_the_predictor(spade_runs, spade_space) ->
 @pytest.fixture(scope="module")
 def trained(spade_runs, spade_space, tmp_path_factory):
     result = train(fresh(spade_runs[:8]), spade_space, small_preset(epochs=3), seed=1)
-    path = save_checkpoint(
-        tmp_path_factory.mktemp("model") / "m.safetensors", result.model, result.metadata
-    )
+    path = result.save(tmp_path_factory.mktemp("model") / "m.safetensors")
     return result, path
 
 
 def test_checkpoint_round_trip(trained, spade_runs, spade_space) -> None:
     result, path = trained
+    assert isinstance(result, LearnedModel)  # train() returns the model role, saved by .save
     model, encoder, meta = load_checkpoint(path, spade_space)
     assert meta == json.loads(json.dumps(result.metadata))
     assert meta["space"] == {"name": "spade-spmm", "version": spade_space.version}
     assert meta["split"]["train"] and meta["split"]["validation"]
     run = spade_runs[0]
-    expected = result.model.predict(run.matrix, run.configs, WIDTH, make_encoder(spade_space))
+    expected = result.network.predict(run.matrix, run.configs, WIDTH, make_encoder(spade_space))
     got = model.predict(run.matrix, run.configs, WIDTH, encoder)
     np.testing.assert_array_equal(got, expected)
-    assert torch.equal(model.config_std, result.model.config_std)
+    assert torch.equal(model.config_std, result.network.config_std)
 
 
 def test_checkpoint_for_another_space_version_is_an_error(trained, spade_space) -> None:
@@ -295,8 +297,8 @@ def test_save_checkpoint_uses_a_unique_temp_file(trained, tmp_path: Path, spade_
     result, _ = trained
     path = tmp_path / "m.safetensors"
     (tmp_path / "m.safetensors.tmp").mkdir()  # another writer's temp name, in the way
-    save_checkpoint(path, result.model, result.metadata)
-    save_checkpoint(path, result.model, result.metadata)  # replaces the first
+    result.save(path)
+    result.save(path)  # replaces the first
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors", "m.safetensors.tmp"]
     assert path.stat().st_mode & 0o777 == 0o644
     assert load_checkpoint(path, spade_space)[2] == json.loads(json.dumps(result.metadata))
@@ -308,7 +310,7 @@ def test_checkpoint_weights_of_another_preset_are_one_error(
     result, _ = trained
     meta = json.loads(json.dumps(result.metadata))
     meta["preset"]["predictor"]["hidden"] = [7]
-    path = save_checkpoint(tmp_path / "other.safetensors", result.model, meta)
+    path = save_checkpoint(tmp_path / "other.safetensors", result.network, meta)
     with pytest.raises(CognateError, match="weights do not fit preset test"):
         load_checkpoint(path, spade_space)
 

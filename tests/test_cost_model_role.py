@@ -3,6 +3,7 @@ and the featurizer's cheap-statistics input."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,8 @@ from cognate.io import load_matrix
 from cognate.model.cost_model import CostModel, LearnedModel, RandomModel
 from cognate.model.preset import preset_from_dict
 from cognate.model.statistics import N_STATISTICS, matrix_statistics, scaled_statistics
-from cognate.model.train import MatrixRuns, train
+from cognate.model.train import train
+from cognate.records import MatrixRuns
 from cognate.synth import generate
 from cognate.targets import get_target
 
@@ -78,9 +80,8 @@ def test_statistics_are_scaled_finite_and_tell_structures_apart() -> None:
 
 
 def test_a_statistics_model_trains_saves_and_loads(runs, space, tmp_path: Path) -> None:
-    result = train(runs, space, tiny_preset(statistics=True), seed=1)
-    assert result.model.featurizer.mlp[0].in_features == 4 * 3 + 3 + N_STATISTICS
-    model = LearnedModel(result.model, _encoder(space), result.metadata, space)
+    model = train(runs, space, tiny_preset(statistics=True), seed=1)
+    assert model.network.featurizer.mlp[0].in_features == 4 * 3 + 3 + N_STATISTICS
     path = model.save(tmp_path / "stats.safetensors")
     loaded = CostModel.load(path, space)
     assert isinstance(loaded, LearnedModel) and loaded.path == path
@@ -94,17 +95,11 @@ def test_a_statistics_model_trains_saves_and_loads(runs, space, tmp_path: Path) 
     )
 
 
-def _encoder(space):
-    from cognate.model.encoding import make_encoder
-
-    return make_encoder(space)
-
-
 def test_update_trains_on_new_runs_and_says_so(runs, space, tmp_path: Path) -> None:
     """update(runs) continues from the current weights on more measurements: the scores
     move, the metadata lists the update, and the saved model keeps both."""
-    first = train(runs[:3], space, tiny_preset(statistics=False, epochs=2), seed=0)
-    model = LearnedModel(first.model, _encoder(space), first.metadata, space)
+    model = train(runs[:3], space, tiny_preset(statistics=False, epochs=2), seed=0)
+    assert isinstance(model, LearnedModel)
     run = runs[4]
     before = model.predict(run.matrix, run.configs, WIDTH)
     weights = {k: v.clone() for k, v in model.network.state_dict().items()}
@@ -116,8 +111,22 @@ def test_update_trains_on_new_runs_and_says_so(runs, space, tmp_path: Path) -> N
     assert sorted(update["matrices"]) == sorted(r.matrix.name for r in runs[2:])
     reloaded = CostModel.load(model.save(tmp_path / "updated.safetensors"), space)
     np.testing.assert_allclose(reloaded.predict(run.matrix, run.configs, WIDTH), after, rtol=1e-5)
-    with pytest.raises(Exception, match="at least 2 matrices"):
-        model.update(runs[:1])
+    assert update["measurements"] == sum(len(r.configs) for r in runs[2:])
+    with pytest.raises(Exception, match="at least 2 measured configs"):
+        model.update([replace(runs[0], configs=runs[0].configs[:1], runtimes=runs[0].runtimes[:1])])
+
+
+def test_update_learns_from_one_matrix_alone(runs, space) -> None:
+    """One matrix's measured configs (what ``tune --verify --learn`` has) are their own
+    validation: the update runs at most ``epochs`` passes and moves the scores."""
+    model = train(runs[:3], space, tiny_preset(statistics=False, epochs=2), seed=0)
+    run = runs[4]
+    before = model.predict(run.matrix, run.configs, WIDTH)
+    model.update([run], seed=1, epochs=3)
+    (update,) = model.metadata["updates"]
+    assert 1 <= update["epochs"] <= 3 and update["matrices"] == [run.matrix.name]
+    assert not np.allclose(before, model.predict(run.matrix, run.configs, WIDTH))
+    assert model.network.preset.train.epochs == 2  # the override was for this update only
 
 
 def test_random_model_is_a_fixed_function_and_a_loadable_file(runs, space, tmp_path) -> None:

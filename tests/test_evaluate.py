@@ -353,7 +353,7 @@ def test_finetune_with_the_cache_trains_the_same_model(quick_out: Path, variant:
     cached = finetune(pretrained, data.runs, data.space, opts, cache=cache)
     assert cache.misses > 0
     assert cached.metadata["metrics"] == plain.metadata["metrics"]
-    state, other = plain.model.state_dict(), cached.model.state_dict()
+    state, other = plain.network.state_dict(), cached.network.state_dict()
     assert state.keys() == other.keys()
     assert all(torch.equal(state[k], other[k]) for k in state)
     again = finetune(pretrained, data.runs, data.space, opts, cache=cache)  # all hits

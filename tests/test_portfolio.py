@@ -14,12 +14,14 @@ from cognate.evaluate.baselines import greedy_fixed_set
 from cognate.model.cost_model import CostModel
 from cognate.model.portfolio import (
     PORTFOLIO_KEY,
+    RANKING_KEY,
     choose_portfolio,
     portfolio_anchor,
     portfolio_order,
+    ranking_kind,
 )
 from cognate.model.preset import preset_from_dict
-from cognate.model.train import read_metadata, save_checkpoint, train
+from cognate.model.train import read_metadata, train
 from cognate.records import load_runs
 from cognate.search.rank import with_portfolio
 from cognate.targets import get_target
@@ -53,7 +55,7 @@ def trained(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Pat
         },
     )
     result = train(load_runs(db, space), space, preset, seed=0)
-    return db, save_checkpoint(tmp / "model.safetensors", result.model, result.metadata)
+    return db, result.save(tmp / "model.safetensors")
 
 
 def test_order_puts_the_portfolio_first_each_part_by_score() -> None:
@@ -147,6 +149,11 @@ def test_cli_writes_the_portfolio_and_tune_ranks_it_first(trained, space, tmp_pa
     err = capsys.readouterr().err
     assert "portfolio size" in err and str(out) in err
     entry = read_metadata(out)[PORTFOLIO_KEY]
+    # the choice in the tuner's terms, with the figures that made it, stored and printed
+    decision = read_metadata(out)[RANKING_KEY]
+    assert decision["chosen"] == ranking_kind(entry) and f"ranking: {decision['chosen']}" in err
+    chosen_row = next(row for row in entry["validation"] if row["chosen"])
+    assert decision["options"][decision["chosen"]]["top1"] == chosen_row["top1"]
     assert read_metadata(path).get(PORTFOLIO_KEY) is None  # the input is left as it was
     assert CostModel.load(out, space).portfolio == [space.validate(k) for k in entry["configs"]]
 

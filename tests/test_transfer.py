@@ -171,7 +171,7 @@ def store(tmp_path_factory: pytest.TempPathFactory, shared: Path) -> Path:
 def pretrained(store: Path) -> Path:
     from cognate.cli.pretrain import load_runs
     from cognate.model.preset import preset_from_dict
-    from cognate.model.train import save_checkpoint, train
+    from cognate.model.train import train
     from cognate.transfer.finetune import transfer_encoder
 
     space = get_target("spade").space("sddmm")
@@ -183,7 +183,7 @@ def pretrained(store: Path) -> Path:
         seed=0,
         encoder=transfer_encoder(space, "cognate", "ae"),
     )
-    return save_checkpoint(store.parent / "pretrained.safetensors", result.model, result.metadata)
+    return result.save(store.parent / "pretrained.safetensors")
 
 
 ABLATIONS = [
@@ -241,6 +241,7 @@ def test_finetune_cli_records_each_ablation(
     assert not names & {m["name"] for m in split["validation"] + split["test"]}
     assert len(meta["metrics"]["history"]) == (1 if "--zero-shot" in flags else 3)
     assert meta["metrics"]["test"]["oracle"] >= 1.0
+    assert meta["ranking"]["chosen"] in ("learned", "fixed-K", "blend")  # chosen on validation
     if "--from-scratch" in flags:
         assert meta["transfer"]["copied"] == {}
     else:
@@ -253,24 +254,24 @@ def test_latent_weights_carry_over_only_within_one_space(
 ) -> None:
     from cognate.cli.pretrain import load_runs
     from cognate.model.preset import preset_from_dict
-    from cognate.model.train import save_checkpoint, train
+    from cognate.model.train import train
     from cognate.transfer.finetune import FinetuneOptions, finetune, transfer_encoder
 
     space = get_target("spade").space("spmm")
     runs = load_runs(store, space)
     encoder = transfer_encoder(space, "cognate", "ae")
     result = train(runs, space, preset_from_dict("tiny", TINY_PRESET), seed=0, encoder=encoder)
-    same = save_checkpoint(tmp_path / "same.safetensors", result.model, result.metadata)
+    same = result.save(tmp_path / "same.safetensors")
     opts = FinetuneOptions(matrices=2, seed=1, zero_shot=True)
     out = finetune(same, runs, space, opts)
     assert out.metadata["transfer"]["copied"]["heterogeneous"] is True
-    z = out.model.predictor[0].weight[:, -encoder.parts[1].dim :]
-    source_z = result.model.predictor[0].weight[:, -encoder.parts[1].dim :]
+    z = out.network.predictor[0].weight[:, -encoder.parts[1].dim :]
+    source_z = result.network.predictor[0].weight[:, -encoder.parts[1].dim :]
     assert torch.equal(z, source_z)
     # from another space (spade-sddmm) the zero-shot model's latent columns are zero
     other = finetune(pretrained, runs, space, opts)
     assert other.metadata["transfer"]["copied"]["heterogeneous"] is False
-    assert not other.model.predictor[0].weight[:, -encoder.parts[1].dim :].any()
+    assert not other.network.predictor[0].weight[:, -encoder.parts[1].dim :].any()
 
 
 def test_finetune_is_reproducible_and_loads(store: Path, pretrained: Path, tmp_path: Path) -> None:
@@ -282,14 +283,13 @@ def test_finetune_is_reproducible_and_loads(store: Path, pretrained: Path, tmp_p
     first = finetune(pretrained, load_runs(store, space), space, opts)
     second = finetune(pretrained, load_runs(store, space), space, opts)
     assert first.metadata["metrics"] == second.metadata["metrics"]
-    from cognate.model.train import save_checkpoint
 
-    path = save_checkpoint(tmp_path / "m.safetensors", first.model, first.metadata)
+    path = first.save(tmp_path / "m.safetensors")
     model, encoder, meta = load_transfer_model(path, space)
     assert encoder.kind == "loopnest-random+ae"
     run = load_runs(store, space)[0]
     scores = model.predict(run.matrix, run.configs, run.width, encoder, backend="torch")
-    expected = first.model.predict(run.matrix, run.configs, run.width, first.encoder, "torch")
+    expected = first.network.predict(run.matrix, run.configs, run.width, first.encoder, "torch")
     assert np.allclose(scores, expected)
 
 
@@ -334,7 +334,6 @@ def test_finetune_bad_input_is_one_line(
 def tuned(store: Path, pretrained: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple:
     """A default (mapper cognate, latent ae) fine-tuned model, saved, and its result."""
     from cognate.cli.pretrain import load_runs
-    from cognate.model.train import save_checkpoint
     from cognate.transfer.finetune import FinetuneOptions, finetune
 
     space = get_target("spade").space("spmm")
@@ -342,7 +341,7 @@ def tuned(store: Path, pretrained: Path, tmp_path_factory: pytest.TempPathFactor
         pretrained, load_runs(store, space), space, FinetuneOptions(matrices=2, epochs=1)
     )
     path = tmp_path_factory.mktemp("tuned") / "tuned.safetensors"
-    return save_checkpoint(path, result.model, result.metadata), result
+    return result.save(path), result
 
 
 def _rewrite(
@@ -393,7 +392,7 @@ def test_finetuned_model_loads_without_the_autoencoder_cache(
     assert not empty.exists()  # nothing read from nor written to the cache
     for one in load_runs(store, space)[:3]:
         got = model.predict(one.matrix, one.configs, one.width, encoder, backend="torch")
-        want = result.model.predict(one.matrix, one.configs, one.width, result.encoder, "torch")
+        want = result.network.predict(one.matrix, one.configs, one.width, result.encoder, "torch")
         np.testing.assert_array_equal(got, want)
 
 

@@ -27,7 +27,7 @@ from cognate.collect import collect
 from cognate.errors import CognateError
 from cognate.io import load_matrix
 from cognate.model.preset import preset_from_dict
-from cognate.model.train import save_checkpoint, train
+from cognate.model.train import train
 from cognate.search import load_model
 from cognate.store import Store
 from cognate.targets import get_target
@@ -57,7 +57,7 @@ def tiny_preset():
 def _train_model(target: str, op: str, db: Path, out: Path) -> Path:
     space = get_target(target).space(op)
     result = train(load_runs(db, space), space, tiny_preset(), seed=0)
-    return save_checkpoint(out, result.model, result.metadata)
+    return result.save(out)
 
 
 def _files(shared: Path, names: tuple[str, ...]) -> list[Path]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
 
+from cognate.cli.options import db_option
 from cognate.collect import DEFAULT_CONFIGS, DEFAULT_RETRIES, DEFAULT_WIDTH, collect
 
 
@@ -23,7 +25,7 @@ from cognate.collect import DEFAULT_CONFIGS, DEFAULT_RETRIES, DEFAULT_WIDTH, col
 )
 @click.option("--all-configs", is_flag=True, help="Every config of the space (spade, gpu).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
-@click.option("--db", "db_path", required=True, type=click.Path(), help="Store file.")
+@db_option("to record the measurements in (created if new)", "db_path")
 @click.option(
     "--ray",
     "ray_address",
@@ -71,7 +73,7 @@ def collect_command(
     n_configs: int | None,
     all_configs: bool,
     seed: int,
-    db_path: str,
+    db_path: Path,
     ray_address: str | None,
     jobs: int | None,
     timeout_s: float | None,

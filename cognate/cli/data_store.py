@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from cognate.cli.options import db_option
 from cognate.errors import CognateError
 from cognate.runner import STATUSES
 
@@ -21,13 +22,7 @@ def register(main: click.Group, data: click.Group) -> None:
 
 
 @click.command()
-@click.option(
-    "--db",
-    "db_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Record store (default: $COGNATE_HOME/records.sqlite).",
-)
+@db_option("to export", "db_path")
 @click.option(
     "-o",
     "--output",
@@ -86,13 +81,7 @@ def export(
 
 @click.command("import")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--db",
-    "db_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="Record store to load into (default: $COGNATE_HOME/records.sqlite; created if new).",
-)
+@db_option("to load into (created if new)", "db_path")
 def import_records(paths: tuple[Path, ...], db_path: Path | None) -> None:
     """Load exported records (Parquet files or data-set folders, e.g. data/records) into a
     store. Records the store already holds are kept as they are. Every row is checked

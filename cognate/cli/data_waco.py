@@ -14,6 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cognate.cli.options import db_option
 from cognate.errors import CognateError
 
 if TYPE_CHECKING:  # the readers, the store (pandas) and the space load when the command runs
@@ -62,13 +63,7 @@ def _check_shapes(peer: PeerFile, lines: list[WacoLine], matrix: Matrix) -> None
     required=True,
     help="Folder with the peer's matrices as <matrix>.csr (WACO's binary format).",
 )
-@click.option(
-    "--db",
-    "db_path",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Record store (default: $COGNATE_HOME/records.sqlite).",
-)
+@db_option("to load into (created if new)", "db_path")
 def import_waco(peer_dir: Path, matrices_dir: Path, db_path: Path | None) -> None:
     """Load WACO's <op>/<matrix>.txt runtimes under PEER_DIR into the record store."""
     from cognate.io import load_matrix

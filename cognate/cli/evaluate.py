@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from cognate.cli.options import db_option
 from cognate.paths import cognate_home
 
 
@@ -19,11 +20,9 @@ def register(main: click.Group, data: click.Group) -> None:
 @click.command()
 @click.option("--preset", default=None, help="Preset of configs/experiments/ (default: default).")
 @click.option("--quick", is_flag=True, help="The small CI preset (same as --preset quick).")
-@click.option(
-    "--db",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Record store to read (snapshotted first; never written).",
+@db_option(
+    "to read (snapshotted first; never written); default: a small store the preset collects",
+    default=False,
 )
 @click.option(
     "--out",

@@ -8,7 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from cognate.cli.options import TARGET
+from cognate.cli.options import TARGET, db_option
 from cognate.errors import CognateError
 from cognate.targets import OPS
 from cognate.transfer.select import SELECTIONS
@@ -26,13 +26,7 @@ def register(main: click.Group, data: click.Group) -> None:
     required=True,
     help="Pretrained model (cognate pretrain).",
 )
-@click.option(
-    "--db",
-    "db",
-    type=click.Path(path_type=Path),
-    required=True,
-    help="Record store with the target's records.",
-)
+@db_option("with the target's records")
 @click.option("--target", type=TARGET, required=True)
 @click.option("--op", type=click.Choice(OPS), required=True)
 @click.option(
@@ -110,13 +104,21 @@ def finetune(
 
     The target's matrices are split by matrix into train / validation / test; K training
     matrices are picked with --seed, training early-stops on validation, and test is scored
-    once. The model and everything about the run are written to -o.
+    once (the learned ranking). Then the validation matrices choose the ranking the model
+    ships with: the learned one, fixed-K (the greedy fixed set of the K matrices, in its
+    order) or their blend (a portfolio, as `cognate portfolio`). The model and everything
+    about the run, the choice and its validation figures included, are written to -o.
     """
-    from cognate.model.train import read_metadata, save_checkpoint
+    from cognate.model.train import read_metadata
     from cognate.progress import EpochReporter, plural, read_runs
     from cognate.records import record_frame  # torch and the model: only when run
     from cognate.targets import get_target
-    from cognate.transfer.finetune import FinetuneOptions, matrices_needed
+    from cognate.transfer.finetune import (
+        FinetuneOptions,
+        choose_ranking,
+        matrices_needed,
+        score_chosen_on_test,
+    )
     from cognate.transfer.finetune import finetune as run_finetune
 
     if not pretrained.is_file():
@@ -167,12 +169,23 @@ def finetune(
             "validation matrices and scores the pretrained model first"
         )
     progress = EpochReporter(options.epochs, before="fine-tuning")
-    result = run_finetune(pretrained, runs, space, options, progress, names=names)
-    save_checkpoint(output, result.model, result.metadata)
-    _summary(console, result.metadata, output)
+    model = run_finetune(pretrained, runs, space, options, progress, names=names)
+    console.print(
+        "choosing on the validation matrices between the learned ranking, fixed-K (the greedy "
+        f"fixed set of the {options.matrices} fine-tuning matrices) and their blend"
+    )
+    try:
+        choose_ranking(model, runs)
+        score_chosen_on_test(model, runs)
+    except CognateError as err:  # the fine-tuned model is still good: it ranks alone
+        console.print(f"ranking: learned, nothing chosen ({err})", soft_wrap=True, markup=False)
+    model.save(output)
+    _summary(console, model.metadata, output)
 
 
 def _summary(console: Console, meta: dict, output: Path) -> None:
+    from cognate.model.portfolio import RANKING_KEY, ranking_line, ranking_used
+
     opts = meta["transfer"]["options"]
     picked = ", ".join(m["name"] for m in meta["split"]["finetune"])
     console.print(f"fine-tune matrices: {picked}")
@@ -193,6 +206,17 @@ def _summary(console: Console, meta: dict, output: Path) -> None:
             f"{m['oracle']:.3f}x",
         )
     console.print(table)
+    decision = meta.get(RANKING_KEY)
+    if decision:
+        console.print(ranking_line(ranking_used(meta)), soft_wrap=True, markup=False)
+        test = decision.get("test")
+        if test:
+            console.print(
+                f"test ({test['matrices']} matrices), the ranking shipped ({decision['chosen']}): "
+                f"top-1 {test['top1']:.3f}x, top-{decision['k']} {test['best_of_k']:.3f}x, "
+                f"oracle {test['oracle']:.3f}x",
+                soft_wrap=True,
+            )
     console.print(f"model written to {output}")
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -25,3 +27,33 @@ class TargetName(click.ParamType):
 
 
 TARGET = TargetName()
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+DB_HELP = "Record store (SQLite file)"
+DB_DEFAULT_HELP = "default: $COGNATE_HOME/records.sqlite"
+
+
+def _default_db(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path:
+    from cognate.paths import cognate_home  # what cognate.store.default_db_path names
+
+    return value if value is not None else cognate_home() / "records.sqlite"
+
+
+def db_option(what: str = "", param: str = "db", default: bool = True) -> Callable[[F], F]:
+    """The ``--db`` option every command that reads or writes a record store takes: one
+    help text ("Record store, an SQLite file" + ``what`` + the default), one path type.
+    ``default``: without --db the command gets ``$COGNATE_HOME/records.sqlite`` (the store
+    ``data import`` and ``collect`` fill by default); else None, which the command reads as
+    its own choice (``what`` then says it)."""
+    parts = [DB_HELP + (f" {what}" if what else "")]
+    if default:
+        parts.append(DB_DEFAULT_HELP)
+    return click.option(
+        "--db",
+        param,
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        callback=_default_db if default else None,
+        help="; ".join(parts) + ".",
+    )

@@ -8,6 +8,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from cognate.cli.options import db_option
 from cognate.errors import CognateError
 
 
@@ -17,7 +18,7 @@ def register(main: click.Group, data: click.Group) -> None:
 
 @click.command()
 @click.argument("model", type=click.Path(path_type=Path, dir_okay=False))
-@click.option("--db", type=click.Path(path_type=Path), required=True, help="Record store.")
+@db_option("with the model's training and validation records")
 @click.option("--top-k", type=click.IntRange(min=1), default=5, show_default=True)
 @click.option(
     "-o", "--output", type=click.Path(path_type=Path), default=None, help="Default: in place."
@@ -29,7 +30,14 @@ def portfolio(model: Path, db: Path, top_k: int, output: Path | None) -> None:
     held-out matrices are not read; a fine-tuned model's fixed set comes from its K
     fine-tuning matrices only."""
     from cognate.model.cost_model import CostModel
-    from cognate.model.portfolio import PORTFOLIO_KEY, choose_portfolio
+    from cognate.model.portfolio import (
+        PORTFOLIO_KEY,
+        RANKING_KEY,
+        choose_portfolio,
+        ranking_decision,
+        ranking_line,
+        ranking_used,
+    )
     from cognate.model.train import read_metadata
     from cognate.records import load_runs
     from cognate.targets import get_target
@@ -54,8 +62,13 @@ def portfolio(model: Path, db: Path, top_k: int, output: Path | None) -> None:
     cost_model = CostModel.load(model, space)
     entry = choose_portfolio(cost_model, train, validation, top_k)
     cost_model.metadata[PORTFOLIO_KEY] = entry
+    which = "fine-tuning" if part == "finetune" else "training"
+    greedy_from = f"greedy set chosen on the {len(train_keys)} {which} matrices"
+    cost_model.metadata[RANKING_KEY] = ranking_decision(entry, validation, greedy_from)
     written = cost_model.save(output or model)
-    _print_choice(Console(stderr=True), entry, written)
+    console = Console(stderr=True)
+    _print_choice(console, entry, written)
+    console.print(ranking_line(ranking_used(cost_model.metadata)), soft_wrap=True, markup=False)
 
 
 def _print_choice(console: Console, entry: dict, written: Path) -> None:

@@ -9,13 +9,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from cognate.cli.options import TARGET
+from cognate.cli.options import TARGET, db_option
 from cognate.errors import CognateError
 from cognate.records import load_record_matrix, load_runs  # noqa: F401 - re-exported
 from cognate.targets import OPS
 
 if TYPE_CHECKING:  # torch and pandas load only when a command runs: `cognate --help` stays fast
-    from cognate.model.train import MatrixRuns
+    from cognate.records import MatrixRuns
 
 
 def register(main: click.Group, data: click.Group) -> None:
@@ -23,7 +23,7 @@ def register(main: click.Group, data: click.Group) -> None:
 
 
 @click.command()
-@click.option("--db", "db", type=click.Path(path_type=Path), required=True, help="Record store.")
+@db_option("with the training records")
 @click.option("--target", type=TARGET, required=True)
 @click.option("--op", type=click.Choice(OPS), required=True)
 @click.option("--preset", default="waco", show_default=True, help="Preset of configs/model.yaml.")
@@ -73,7 +73,7 @@ def pretrain(
     import torch
 
     from cognate.model.preset import load_preset, preset_names
-    from cognate.model.train import save_checkpoint, train
+    from cognate.model.train import train
     from cognate.progress import EpochReporter, plural, read_runs
     from cognate.records import record_frame
     from cognate.targets import get_target
@@ -102,11 +102,11 @@ def pretrain(
         "epoch 0 scores the untrained model on the validation split first"
     )
     progress = EpochReporter(spec.train.epochs)
-    result = train(runs, space, spec, seed=seed, progress=progress, held_out=held_out)
+    model = train(runs, space, spec, seed=seed, progress=progress, held_out=held_out)
     if max_nnz is not None:
-        result.metadata["max_nnz"] = max_nnz
-    save_checkpoint(output, result.model, result.metadata)
-    _print_summary(console, result.metadata, output)
+        model.metadata["max_nnz"] = max_nnz
+    model.save(output)
+    _print_summary(console, model.metadata, output)
 
 
 def _hold_out(

@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from cognate.cli.options import TARGET
+from cognate.cli.options import TARGET, db_option
 from cognate.targets import OPS
 
 # Bounds of the options that size the work. Every candidate is drawn, encoded and scored in
@@ -167,7 +167,9 @@ def _print_summary(console: Console, result: Any) -> None:
     "--model",
     type=click.Path(path_type=Path),
     default=None,
-    help="Cost model (default: the shipped data/models/<target>-<op>.safetensors).",
+    help="Cost model (default: the local copy --learn refined, "
+    "$COGNATE_HOME/models/<target>-<op>.safetensors, when there is one, else the shipped "
+    "data/models/<target>-<op>.safetensors). Given, it always wins.",
 )
 @click.option(
     "--top-k",
@@ -204,13 +206,15 @@ def _print_summary(console: Console, result: Any) -> None:
     default=None,
     help="Threads of the verified kernels and library references (default: all cores).",
 )
-@click.option(
-    "--db",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="Record --verify measurements here (default: $COGNATE_HOME/records.sqlite).",
-)
+@db_option("to record the --verify measurements in (and --learn's records)")
 @click.option("--no-record", is_flag=True, help="Do not record the --verify measurements.")
+@click.option(
+    "--learn",
+    is_flag=True,
+    help="With --verify: refine a local copy of the model on the measured configs "
+    "(CostModel.update), saved as $COGNATE_HOME/models/<target>-<op>.safetensors; later "
+    "runs without --model use it.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object on stdout.")
 @click.option(
     "--emit",
@@ -232,18 +236,27 @@ def tune(
     threads: int | None,
     db: Path | None,
     no_record: bool,
+    learn: bool,
     as_json: bool,
     emit: Path | None,
 ) -> None:
     """Rank schedules of MATRIX for TARGET with a cost model (lower score = faster)."""
     from cognate.api import tune as tune_api
+    from cognate.errors import CognateError
     from cognate.io import load_matrix
+    from cognate.model.portfolio import ranking_line
     from cognate.search import emit as emit_files
+    from cognate.search.learn import model_to_use
 
     _check_bounds(top_k, candidates)
+    if learn and not verify:
+        raise CognateError("--learn refines the model on --verify's measurements: add --verify")
     console = Console(stderr=as_json)
     if target == "gpu":
         _say_if_no_gpu(verify)
+    model, model_note = model_to_use(model, target, op)
+    if model_note:
+        console.print(model_note, soft_wrap=True, markup=False)
     loaded = load_matrix(matrix)
     with console.status("measuring") if verify else contextlib.nullcontext():
         result = tune_api(
@@ -260,6 +273,7 @@ def tune(
             threads=threads,
         )
     recorded = _record(result, db, no_record)
+    learned = _learn(result, seed) if learn else None
     files = emit_files(result, emit) if emit is not None else []
     if result.unreliable:  # with --json on stderr (and "unreliable": true in the JSON)
         console.print(result.load.get("line") or "timings unreliable: the machine was busy")
@@ -269,12 +283,20 @@ def tune(
             out["emitted"] = [str(p) for p in files]
         if recorded is not None:
             out["recorded"] = {"db": str(recorded[0]), "rows": recorded[1]}
+        if model_note:
+            out["model_note"] = model_note
+        if learned is not None:
+            out["learned"] = learned
         click.echo(json.dumps(out, indent=2))
         return
     _print_table(console, result)
     _print_summary(console, result)
     if recorded is not None:
         console.print(f"recorded {recorded[1]} measurements in {recorded[0]}")
+    if result.ranking:
+        console.print(ranking_line(result.ranking), soft_wrap=True, markup=False)
+    if learned is not None:
+        console.print(_learned_line(learned), soft_wrap=True, markup=False)
     for path in files:
         console.print(f"wrote {path}")
 
@@ -309,6 +331,22 @@ def _say_if_no_gpu(verify: bool) -> None:
     # on stderr, where the errors that may follow go
     click.echo(f"note: {missing}", err=True)
     click.echo("gpu kernels cannot run here: a gpu model can rank them, --verify cannot", err=True)
+
+
+def _learn(result: Any, seed: int) -> dict[str, Any]:
+    from cognate.search.learn import learn
+
+    return learn(result, seed=seed)
+
+
+def _learned_line(learned: dict[str, Any]) -> str:
+    from cognate.progress import plural
+
+    return (
+        f"refined the local model {learned['path']} on {learned['added']} measured configs "
+        f"({learned['measurements']} in {plural(learned['updates'], 'update')} since "
+        f"{learned['from']})"
+    )
 
 
 def _record(result: Any, db: Path | None, no_record: bool) -> tuple[Path, int] | None:

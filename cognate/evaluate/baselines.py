@@ -26,7 +26,7 @@ import numpy as np
 from scipy.special import gammaln
 
 from cognate.model.statistics import matrix_statistics
-from cognate.model.train import MatrixRuns
+from cognate.records import MatrixRuns
 from cognate.space import Space
 
 BASELINES = ("fixed", "gbt", "random")

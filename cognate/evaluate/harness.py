@@ -44,12 +44,15 @@ from cognate.model.cost_model import CostModel, LearnedModel
 from cognate.model.portfolio import (
     PORTFOLIO_KEY,
     choose_portfolio,
+    chooser_words,  # noqa: F401  (evaluate.run reads it here)
+    order_words,
     portfolio_anchor,
     portfolio_order,
     portfolio_positions,
 )
 from cognate.model.preset import ModelPreset, preset_from_dict
-from cognate.model.train import Embedder, MatrixRuns, save_checkpoint, train
+from cognate.model.train import Embedder, train
+from cognate.records import MatrixRuns
 from cognate.space import Space
 from cognate.targets import get_target
 from cognate.transfer.autoencoder import transfer_settings
@@ -399,8 +402,8 @@ def pretrained_model(
     what = " (featurizer frozen at random)" if featurizer == RANDOM_FEATURIZER else ""
     log(f"{data.op}: pretraining{what} on {data.source_name}, {n} matrices")
     encoder = transfer_encoder(data.source_space, "cognate", "ae")
-    result = train(data.source_runs, data.source_space, spec, seed=0, encoder=encoder)
-    return save_checkpoint(path, result.model, result.metadata)
+    model = train(data.source_runs, data.source_space, spec, seed=0, encoder=encoder)
+    return model.save(path)
 
 
 @dataclass
@@ -444,7 +447,7 @@ def _finetuned(
         return Candidate(**saved, path=path, reused=True)
     out = finetune(pretrained, data.runs, data.space, opts, cache=cache)
     out.metadata["metrics"].pop("test", None)  # selection must never see test numbers
-    save_checkpoint(path, out.model, out.metadata)
+    out.save(path)
     record = {
         "key": key,
         "options": asdict(opts),
@@ -741,25 +744,9 @@ def portfolio_results(
                     "k": r["k"],
                     "seed": r["seed"],
                     "portfolio_size": r[key]["size"],
-                    "portfolio_order": _order_words(r[key]),
+                    "portfolio_order": order_words(r[key]),
                     "chosen": r["chosen"],
                     "test": r[key]["test"],
                 }
             )
     return out
-
-
-def _order_words(portfolio: dict[str, Any]) -> str:
-    if portfolio["fixed_order"]:
-        return "fixed"
-    return f"anchor {portfolio['anchor'] / portfolio['anchor_unit']:g}"
-
-
-def chooser_words(entry: dict[str, Any]) -> str:
-    """What a validated portfolio chose, in the tuner's terms: the learned ranking (no
-    portfolio), the fixed lookup (greedy order kept) or a blend."""
-    if entry["portfolio_size"] == 0:
-        return "learned"
-    if entry["portfolio_order"] == "fixed":
-        return f"fixed ({entry['portfolio_size']} configs)"
-    return f"blend ({entry['portfolio_size']} configs, {entry['portfolio_order']})"

@@ -75,6 +75,59 @@ class PortfolioMeta(_Section):
     fixed_order: bool = False
 
 
+Speedup = Annotated[float, Field(gt=0, le=1e6, allow_inf_nan=False)]
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]  # of the validation oracle
+RankingName = Literal["learned", "fixed-K", "blend"]  # cognate.model.portfolio.RANKINGS
+
+
+class RankingOption(_Section):
+    """One ranking's validation figures (geomean speedups over the baseline)."""
+
+    top1: Speedup
+    best_of_k: Speedup
+    top1_of_oracle: Share
+    best_of_k_of_oracle: Share
+    size: int = Field(0, ge=0, le=4096)
+
+
+class RankingTest(_Section):
+    """The shipped ranking scored once on the test matrices, after the choice."""
+
+    top1: Speedup
+    best_of_k: Speedup
+    oracle: Speedup
+    matrices: int = Field(ge=1, le=10_000_000)
+
+
+class RankingMeta(_Section):
+    """Which ranking a model uses and the validation figures that chose it."""
+
+    chosen: RankingName
+    k: int = Field(ge=1, le=256)
+    oracle: Speedup
+    validation_matrices: int = Field(ge=1, le=10_000_000)
+    greedy_from: Name
+    options: dict[RankingName, RankingOption] = Field(min_length=1, max_length=3)
+    test: RankingTest | None = None
+
+    @field_validator("options")
+    @classmethod
+    def _has_chosen(cls, value: dict[str, RankingOption], info: Any) -> dict:
+        chosen = info.data.get("chosen")
+        if chosen is not None and chosen not in value:
+            raise ValueError(f"the chosen ranking {chosen!r} has no validation figures")
+        return value
+
+
+class LearnedMeta(_Section):
+    """A local copy refined by ``tune --verify --learn`` (``cognate.search.learn``)."""
+
+    from_: str = Field(alias="from", min_length=1, max_length=4096)
+    measurements: int = Field(ge=0, le=1_000_000_000)
+    updates: int = Field(ge=1, le=1_000_000_000)
+    matrices: list[Name] = Field([], max_length=1000)
+
+
 class MatrixRef(_Section):
     sha256: Name
     name: str = ""
@@ -95,6 +148,8 @@ class CheckpointMeta(_Section):
     space: SpaceMeta
     encoder: EncoderMeta
     portfolio: PortfolioMeta | None = None
+    ranking: RankingMeta | None = None
+    learned: LearnedMeta | None = None
     split: SplitMeta | None = None
     transfer: dict[str, Any] | None = None  # its loader's schema checks the inside
 

@@ -31,7 +31,7 @@ from cognate.space import Space
 if TYPE_CHECKING:
     from cognate.model.encoding import ConfigEncoder
     from cognate.model.predictor import RankingNetwork
-    from cognate.model.train import MatrixRuns
+    from cognate.records import MatrixRuns
 
 RANDOM_MODEL_FORMAT = "cognate-random-model"
 # Modules that register extras on import: config encoders (the transfer autoencoder "ae")
@@ -81,8 +81,9 @@ class CostModel(ABC):
         """Write the model so that ``CostModel.load`` gives it back."""
 
     @abstractmethod
-    def update(self, runs: Sequence[MatrixRuns], seed: int = 0) -> None:
-        """Learn from more measured runs of this model's space."""
+    def update(self, runs: Sequence[MatrixRuns], seed: int = 0, epochs: int | None = None) -> None:
+        """Learn from more measured runs of this model's space (``epochs``: at most this
+        many passes, default the model's own training setting)."""
 
     @abstractmethod
     def embed(self, matrix: Matrix) -> Any:
@@ -105,6 +106,16 @@ class CostModel(ABC):
         if getattr(self, "_portfolio", None) is None:
             self._portfolio = portfolio_configs(self.metadata, self.space)
         return self._portfolio
+
+    def set_portfolio(self, entry: dict[str, Any] | None) -> None:
+        """Give the model a portfolio entry (``choose_portfolio``'s), or none (None)."""
+        from cognate.model.portfolio import PORTFOLIO_KEY
+
+        if entry is None:
+            self.metadata.pop(PORTFOLIO_KEY, None)
+        else:
+            self.metadata[PORTFOLIO_KEY] = entry
+        self._portfolio = None  # read again from the entry on first use
 
     @property
     def portfolio_anchor(self) -> float:
@@ -173,26 +184,41 @@ class LearnedModel(CostModel):
 
         return save_checkpoint(path, self.network, self.metadata)
 
-    def update(self, runs: Sequence[MatrixRuns], seed: int = 0) -> None:
-        """Train on ``runs`` from the current weights (split by matrix for validation; the
-        best epoch is kept), then note the update in the metadata."""
+    def update(self, runs: Sequence[MatrixRuns], seed: int = 0, epochs: int | None = None) -> None:
+        """Train on ``runs`` from the current weights, keep the best epoch, then note the
+        update in the metadata. Runs of several matrices are split by matrix for that
+        choice; one matrix's runs (``tune --verify --learn``: the configs just measured)
+        are their own validation, so the kept epoch is the one that ranks them best."""
         import torch
 
         from cognate.model.train import encode_all, fit, split_matrices
 
-        if len({r.key for r in runs}) < 2:
-            raise CognateError("an update needs measured configs of at least 2 matrices")
+        runs = [r for r in runs if len(r.configs) >= 2]  # a single config ranks nothing
+        if not runs:
+            raise CognateError("an update needs at least 2 measured configs of a matrix")
         encode_all(runs, self.encoder)
-        spec = self.network.preset.train
-        train_keys, _ = split_matrices([r.key for r in runs], spec.val_fraction, seed)
-        fit_runs = [r for r in runs if r.key in set(train_keys)]
-        val_runs = [r for r in runs if r.key not in set(train_keys)]
+        preset = self.network.preset
+        if len({r.key for r in runs}) >= 2:
+            keys, _ = split_matrices([r.key for r in runs], preset.train.val_fraction, seed)
+            fit_runs = [r for r in runs if r.key in set(keys)]
+            val_runs = [r for r in runs if r.key not in set(keys)]
+        else:
+            fit_runs = val_runs = list(runs)
         torch.manual_seed(seed)
-        history = fit(self.network, fit_runs, val_runs, seed, None)
+        self.network.preset = preset.with_train(epochs=epochs)  # fit reads its epochs there
+        try:
+            history = fit(self.network, fit_runs, val_runs, seed, None)
+        finally:
+            self.network.preset = preset
         self.network.eval()
         names = sorted({r.matrix.name for r in runs})
         self.metadata.setdefault("updates", []).append(
-            {"matrices": names, "epochs": len(history) - 1, "seed": seed}
+            {
+                "matrices": names,
+                "measurements": sum(len(r.configs) for r in runs),
+                "epochs": len(history) - 1,
+                "seed": seed,
+            }
         )
 
     def embed(self, matrix: Matrix) -> Any:
@@ -245,7 +271,7 @@ class RandomModel(CostModel):
         atomic_write(path, json.dumps(self.metadata, indent=2) + "\n")
         return path
 
-    def update(self, runs: Sequence[MatrixRuns], seed: int = 0) -> None:
+    def update(self, runs: Sequence[MatrixRuns], seed: int = 0, epochs: int | None = None) -> None:
         """Nothing to learn: a random ranking stays random."""
 
     def embed(self, matrix: Matrix) -> Any:

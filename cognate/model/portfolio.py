@@ -37,7 +37,7 @@ from cognate.space import Space
 
 if TYPE_CHECKING:
     from cognate.model.cost_model import CostModel
-    from cognate.model.train import MatrixRuns
+    from cognate.records import MatrixRuns
 
 PORTFOLIO_KEY = "portfolio"
 SIZE_FACTORS = (1.0, 1.2, 1.6, 2.0, 2.4, 3.2, 4.0, 6.4, 12.8)  # times k: the sizes tried
@@ -170,3 +170,132 @@ def _member_spread(
 def _anchor_name(factor: float) -> float | str:
     """An anchor factor for JSON: "fixed" for the greedy order (JSON has no infinity)."""
     return "fixed" if math.isinf(factor) else factor
+
+
+# --- which ranking a model uses: learned, fixed-K or their blend ----------------------------
+
+RANKING_KEY = "ranking"
+LEARNED, FIXED_K, BLEND = "learned", "fixed-K", "blend"
+RANKINGS = (LEARNED, FIXED_K, BLEND)
+
+
+def ranking_kind(entry: dict[str, Any]) -> str:
+    """What a portfolio entry (``choose_portfolio``) amounts to: the learned ranking (no
+    portfolio), the fixed lookup (the greedy order kept: top-1 is the best fixed config,
+    top-k the greedy fixed k-set) or a blend (the model reorders the portfolio)."""
+    if not entry.get("size"):
+        return LEARNED
+    return FIXED_K if entry.get("fixed_order") else BLEND
+
+
+def order_words(entry: dict[str, Any]) -> str:
+    """A portfolio entry's order: "fixed" (greedy) or its anchor in typical score gaps."""
+    if entry["fixed_order"]:
+        return "fixed"
+    return f"anchor {entry['anchor'] / entry['anchor_unit']:g}"
+
+
+def chooser_words(row: dict[str, Any]) -> str:
+    """What a validated portfolio chose (a row with ``portfolio_size`` and
+    ``portfolio_order``), in the tuner's terms: learned, fixed or blend."""
+    if row["portfolio_size"] == 0:
+        return "learned"
+    if row["portfolio_order"] == "fixed":
+        return f"fixed ({row['portfolio_size']} configs)"
+    return f"blend ({row['portfolio_size']} configs, {row['portfolio_order']})"
+
+
+def ranking_decision(
+    entry: dict[str, Any], validation: Sequence[MatrixRuns], greedy_from: str
+) -> dict[str, Any]:
+    """The provenance of a portfolio entry's choice: what was chosen (``ranking_kind``) and,
+    per option, its validation top-1 and best of top-k as geomean speedups over the baseline
+    and as shares of the validation oracle. Each option is its best row of ``entry``'s
+    validation table (by the product ``choose_portfolio`` maximises); the chosen option is
+    the chosen row. ``greedy_from`` says which matrices the greedy set was chosen on."""
+    from cognate.evaluate.stats import geomean
+
+    runs = [r for r in validation if r.baseline is not None]
+    oracle = geomean([float(r.runtimes[r.baseline] / r.runtimes.min()) for r in runs])
+    k, chosen = entry["k"], ranking_kind(entry)
+
+    def kind(row: dict[str, Any]) -> str:
+        if row["size"] == 0:
+            return LEARNED
+        return FIXED_K if row["anchor"] == "fixed" else BLEND
+
+    def rank(row: dict[str, Any]) -> tuple[bool, float, int]:
+        return bool(row.get("chosen")), round(row["top1"] * row[f"top{k}"], 6), row["size"]
+
+    best: dict[str, dict[str, Any]] = {}
+    for row in entry["validation"]:
+        kept = best.get(kind(row))
+        if kept is None or rank(row) > rank(kept):
+            best[kind(row)] = row
+    options = {
+        name: {
+            "top1": row["top1"],
+            "best_of_k": row[f"top{k}"],
+            "top1_of_oracle": min(1.0, row["top1"] / oracle),
+            "best_of_k_of_oracle": min(1.0, row[f"top{k}"] / oracle),
+            "size": row["size"],
+            "anchor": row["anchor"],
+        }
+        for name, row in sorted(best.items(), key=lambda item: RANKINGS.index(item[0]))
+    }
+    return {
+        "chosen": chosen,
+        "why": f"best product of validation top-1 and best of top-{k} (geomean speedups)",
+        "k": k,
+        "oracle": oracle,
+        "validation_matrices": len({r.key for r in runs}),
+        "greedy_from": greedy_from,
+        "options": options,
+    }
+
+
+def ranking_used(metadata: dict[str, Any]) -> dict[str, Any]:
+    """Which ranking a model's metadata makes ``tune`` use (from its portfolio), and why:
+    the stored validation decision (``ranking_decision``: ``chosen`` and each option's
+    figures) when it has one, else what its portfolio entry says."""
+    entry = metadata.get(PORTFOLIO_KEY) or {}
+    used = ranking_kind({**entry, "size": len(entry.get("configs") or [])})
+    out: dict[str, Any] = {"used": used, "portfolio": describe_portfolio(metadata)}
+    decision = metadata.get(RANKING_KEY)
+    if decision:
+        out.update(decision)
+        if decision["chosen"] != used:  # a portfolio edited after the choice
+            out["why"] = f"the portfolio was changed after validation chose {decision['chosen']}"
+        return out
+    if not entry.get("chosen_on"):
+        return {**out, "why": "the model carries no validated choice"}
+    out["why"] = f"portfolio chosen on {entry['chosen_on']} (cognate portfolio)"
+    chosen = next((row for row in entry.get("validation") or [] if row.get("chosen")), None)
+    if chosen is not None:  # its validation geomean speedups over the baseline
+        k = entry.get("k", 5)
+        out["validation"] = {"top1": chosen["top1"], "best_of_k": chosen[f"top{k}"], "k": k}
+    return out
+
+
+def ranking_line(used: dict[str, Any]) -> str:
+    """One line: the ranking used and the validation figures that chose it."""
+    line = f"ranking: {used['used']} ({used['portfolio']})"
+    options = used.get("options")
+    if not options:
+        figures = used.get("validation")
+        if figures:
+            line += (
+                f"; validation top-1 {figures['top1']:.3f}x, best-of-{figures['k']} "
+                f"{figures['best_of_k']:.3f}x over the baseline"
+            )
+        return f"{line}; {used['why']}"
+    k = used["k"]
+    figures = ", ".join(
+        f"{name} top-1 {100 * o['top1_of_oracle']:.1f}% / best-of-{k} "
+        f"{100 * o['best_of_k_of_oracle']:.1f}%"
+        for name, o in options.items()
+    )
+    return (
+        f"{line}, chosen on {used['validation_matrices']} validation matrices "
+        f"(% of their oracle): {figures}; {used['greedy_from']}"
+    )

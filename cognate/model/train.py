@@ -1,6 +1,6 @@
 """Training the cost model on measured runtimes (used by pretrain, later by finetune).
 
-Data comes in ``MatrixRuns``: all ok-measured configs of one matrix at one dense width.
+Data comes in ``MatrixRuns`` (``cognate.records``): all ok-measured configs of one matrix at one dense width.
 The split is by matrix (every width of a matrix lands on the same side), seeded. Each step
 scores the configs of one matrix (sampled down to ``configs_per_step``) and applies the
 pairwise ranking loss; the validation split is scored after every epoch and the best epoch
@@ -14,19 +14,15 @@ import copy
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
-from cognate.config import Config
 from cognate.errors import CognateError
-from cognate.matrix import Matrix
 from cognate.model.checkpoint import (
     CHECKPOINT_FORMAT,
     check_fits,
@@ -34,67 +30,15 @@ from cognate.model.checkpoint import (
     parse_metadata,
     read_state,
 )
+from cognate.model.cost_model import LearnedModel
 from cognate.model.encoding import ConfigEncoder, make_encoder
 from cognate.model.featurizer import matrix_points
 from cognate.model.predictor import RankingNetwork, pairwise_accuracy, ranking_loss
 from cognate.model.preset import ModelPreset, preset_from_dict
 from cognate.model.sparseconv import KernelMap, PointSet
+from cognate.records import MatrixRuns
 from cognate.space import Space
 from cognate.util import atomic_write
-
-
-@dataclass
-class MatrixRuns:
-    """The measured configs of one matrix at one width."""
-
-    matrix: Matrix
-    width: int
-    configs: list[Config]
-    runtimes: np.ndarray  # seconds, one per config
-    baseline: int | None  # index of the space's baseline config, when measured
-    features: torch.Tensor | None = field(default=None, repr=False)  # raw encodings
-
-    @property
-    def key(self) -> str:
-        return self.matrix.sha256
-
-
-def runs_from_frame(
-    frame: pd.DataFrame, space: Space, load: Callable[[pd.Series], Matrix]
-) -> list[MatrixRuns]:
-    """Group ok records by (matrix, width); repeated configs (other hosts) take the median.
-
-    ``load`` returns the Matrix of a frame row (the first row of each matrix). Records of
-    another space version are not comparable and must be filtered out by the caller.
-    """
-    frame = frame[(frame["status"] == "ok") & (frame["runtime_s"] > 0)]
-    matrices: dict[str, Matrix] = {}
-    runs = []
-    for (sha, width), rows in frame.groupby(["matrix_sha256", "width"], sort=True):
-        if sha not in matrices:
-            matrices[sha] = load(rows.iloc[0])
-        matrix = matrices[sha]
-        per_config = rows.groupby("config_hash", sort=True).agg(
-            config=("config", "first"),
-            runtime_s=("runtime_s", "median"),
-            is_baseline=("is_baseline", "max"),
-        )
-        configs = [space.validate(json.loads(text)) for text in per_config["config"]]
-        baseline_hash = space.baseline(matrix.shape).hash
-        flags = [
-            bool(b) or c.hash == baseline_hash
-            for c, b in zip(configs, per_config["is_baseline"], strict=True)
-        ]
-        runs.append(
-            MatrixRuns(
-                matrix=matrix,
-                width=int(width),
-                configs=configs,
-                runtimes=per_config["runtime_s"].to_numpy(dtype=np.float64, copy=True),
-                baseline=flags.index(True) if any(flags) else None,
-            )
-        )
-    return runs
 
 
 def split_matrices(
@@ -156,12 +100,6 @@ def evaluate(
 # --- training ------------------------------------------------------------------------------
 
 
-@dataclass
-class TrainResult:
-    model: RankingNetwork
-    metadata: dict[str, Any]
-
-
 # (epoch, step, steps per epoch, validation metrics at the end of an epoch else None)
 ProgressFn = Callable[[int, int, int, dict[str, float] | None], None]
 
@@ -180,8 +118,9 @@ def train(
     encoder: ConfigEncoder | None = None,
     progress: ProgressFn | None = None,
     held_out: Sequence[MatrixRuns] = (),
-) -> TrainResult:
-    """Train a fresh cost model on ``runs``; returns the best-validation model and metadata.
+) -> LearnedModel:
+    """Train a fresh cost model on ``runs``; returns the best-validation model (its network,
+    encoder and metadata: ``save`` writes the checkpoint).
 
     Fills in each run's ``features`` (its configs' encodings) when absent. ``held_out``
     runs (matrices outside ``runs``) never touch training or epoch selection: the chosen
@@ -212,7 +151,7 @@ def train(
     }
     if held_out:
         _score_held_out(model, held_out, encoder, metadata)
-    return TrainResult(model, metadata)
+    return LearnedModel(model, encoder, metadata, space)
 
 
 def _score_held_out(

@@ -5,6 +5,7 @@ top, write the choice out. One module per job (docs/architecture.md):
 - ``result``: ``TuneResult`` (the choice, its measurements, the callable kernel, the JSON);
 - ``verify``: the top-k and the baseline measured by the target, recorded in the store;
 - ``emit``: the chosen schedule in the target's own form;
+- ``learn``: ``tune --verify --learn``, the measured configs refine a local model copy;
 - ``tune``: the whole search (``tune_matrix``).
 
 torch is imported inside the functions that need it so that ``cognate --help`` stays fast.

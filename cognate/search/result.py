@@ -35,6 +35,7 @@ class TuneResult:
     timing: str | None = None  # how the verify timed: "interleaved" or "sequential"
     remeasured: list[str] = field(default_factory=list)  # hashes re-timed head to head
     space_version: str = ""
+    ranking: dict[str, Any] | None = None  # which ranking the model used, and why
     _kernel: Any = field(default=None, repr=False)
 
     @property
@@ -131,6 +132,7 @@ class TuneResult:
             "op": self.op,
             "width": self.width,
             "model": str(self.model_path),
+            "ranking": self.ranking,
             "scored": self.n_scored,
             "skipped_too_large": self.skipped_too_large,
             "verified": self.verified,

@@ -10,6 +10,7 @@ from cognate.errors import CognateError
 from cognate.io import check_work, tune_cost
 from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel, resolve_model_path
+from cognate.model.portfolio import ranking_used
 from cognate.runner import ProgressFn
 from cognate.search.rank import DEFAULT_CANDIDATES, DEFAULT_SEED, rank, runnable_top, same_config
 from cognate.search.result import TuneResult
@@ -67,6 +68,7 @@ def tune_matrix(
     result = TuneResult(matrix, target, op, width, top, baseline, len(ranked), path, timings)
     result.skipped_too_large = skipped
     result.space_version = space.version
+    result.ranking = ranking_used(cost_model.metadata)
     if verify:
         verify_result(result, the_target, progress, runner_options, threads)
     return result

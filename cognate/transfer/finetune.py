@@ -34,13 +34,18 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from cognate.errors import CognateError
-from cognate.model.cost_model import register_loader
+from cognate.model.cost_model import LearnedModel, register_loader
 from cognate.model.encoding import ConcatEncoder, make_encoder
+from cognate.model.portfolio import (
+    RANKING_KEY,
+    best_of_top,
+    choose_portfolio,
+    ranking_decision,
+)
 from cognate.model.predictor import RankingNetwork
 from cognate.model.preset import ModelPreset
 from cognate.model.train import (
     Embedder,
-    MatrixRuns,
     ProgressFn,
     check_space,
     checkpoint_metadata,
@@ -52,6 +57,7 @@ from cognate.model.train import (
     read_metadata,
     split_matrices,
 )
+from cognate.records import MatrixRuns
 from cognate.space import Space
 from cognate.targets import get_target
 from cognate.transfer.autoencoder import (  # also registers kind "ae"
@@ -232,21 +238,12 @@ def _preset_for(preset: ModelPreset, opts: FinetuneOptions) -> ModelPreset:
     return tuned.model_copy(update={"featurizer": featurizer})
 
 
-@dataclass
-class FinetuneResult:
-    model: RankingNetwork
-    encoder: ConcatEncoder
-    metadata: dict[str, Any]
-
-
 def _file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load_pretrained(path: Path) -> tuple[RankingNetwork, dict[str, Any]]:
     """A pretrained model of any target (its own space must still be current)."""
-    from cognate.model.cost_model import LearnedModel
-
     meta = read_metadata(path)
     source_space = get_target(meta["target"]).space(meta["op"])
     model = LearnedModel.load_file(Path(path), source_space)
@@ -383,11 +380,11 @@ def finetune(
     progress: ProgressFn | None = None,
     cache: EmbeddingCache | None = None,
     names: Mapping[str, str] | None = None,
-) -> FinetuneResult:
+) -> LearnedModel:
     """Adapt the model at ``pretrained`` to ``space`` with ``runs`` (the target's records).
 
-    The returned model carries its autoencoder (when the latent is ``ae``) as submodule
-    ``ae``, so the checkpoint ``save_checkpoint`` writes of it is self-contained. ``cache``
+    The returned ``LearnedModel`` carries its autoencoder (when the latent is ``ae``) as
+    submodule ``ae``, so the checkpoint its ``save`` writes is self-contained. ``cache``
     reuses embeddings across calls while the featurizer is frozen (same numbers).
     ``names`` ({key: name} of every target matrix): ``runs`` then need only hold the
     matrices ``matrices_needed`` lists, so the others are never read."""
@@ -414,7 +411,61 @@ def finetune(
             "test": test_metrics,
         },
     }
-    return FinetuneResult(model, data.encoder, metadata)
+    return LearnedModel(model, data.encoder, metadata, space)
+
+
+def choose_ranking(model: LearnedModel, runs: Sequence[MatrixRuns], k: int = 5) -> dict[str, Any]:
+    """Choose, on the fine-tuned ``model``'s validation matrices, between its learned
+    ranking, ``fixed-K`` (the greedy fixed set of its K fine-tuning matrices, in greedy
+    order) and their blend, as ``cognate evaluate``'s "TL + K portfolio" row does
+    (``choose_portfolio``). Stores the portfolio and the decision with each option's
+    validation figures (``ranking_decision``) in the metadata; returns the decision.
+    ``runs`` must hold the fine-tuning and validation matrices (test ones are not read)."""
+    split = model.metadata["split"]
+    fit_keys = {m["sha256"] for m in split["finetune"]}
+    val_keys = {m["sha256"] for m in split["validation"]}
+    fit_runs = [r for r in runs if r.key in fit_keys]
+    val_runs = [r for r in runs if r.key in val_keys and r.baseline is not None]
+    if not fit_runs or not val_runs:
+        raise CognateError(
+            "choosing the ranking needs records of the fine-tuning and validation matrices "
+            f"(found {len(fit_runs)} and {len(val_runs)} groups)"
+        )
+    model.set_portfolio(None)  # the learned ranking is scored on its own
+    entry = choose_portfolio(model, fit_runs, val_runs, k)
+    greedy_from = f"greedy set chosen on the {len(fit_keys)} fine-tuning matrices"
+    entry["greedy_from"] = greedy_from
+    decision = ranking_decision(entry, val_runs, greedy_from)
+    model.set_portfolio(entry)
+    model.metadata[RANKING_KEY] = decision
+    return decision
+
+
+def score_chosen_on_test(model: LearnedModel, runs: Sequence[MatrixRuns]) -> dict[str, Any]:
+    """The shipped ranking (the model with the portfolio ``choose_ranking`` gave it) scored
+    once on its test matrices, after the choice: top-1 and best of top-k geomean speedups
+    over the baseline and the oracle. Stored as ``ranking.test``; nothing reads it to choose."""
+    from cognate.evaluate.stats import geomean
+
+    decision = model.metadata[RANKING_KEY]
+    test_keys = {m["sha256"] for m in model.metadata["split"]["test"]}
+    picks, oracle = [], []
+    for run in runs:
+        if run.key not in test_keys or run.baseline is None:
+            continue
+        order = model.order(run.configs, model.predict(run.matrix, run.configs, run.width))
+        picks.append(best_of_top(run, order, decision["k"]))
+        oracle.append(float(run.runtimes[run.baseline] / run.runtimes.min()))
+    if not picks:
+        return {}
+    test = {
+        "top1": geomean([p[0] for p in picks]),
+        "best_of_k": geomean([p[1] for p in picks]),
+        "oracle": geomean(oracle),
+        "matrices": len({r.key for r in runs if r.key in test_keys}),
+    }
+    decision["test"] = test
+    return test
 
 
 def _named_keys(data: _TargetData) -> dict[str, list[dict[str, str]]]:
@@ -518,9 +569,10 @@ def _check_autoencoder(path: str | Path, transfer: dict[str, Any], encoder: Conc
 register_loader("transfer", load_transfer_model)
 
 __all__ = [
+    "choose_ranking",
+    "score_chosen_on_test",
     "EmbeddingCache",
     "FinetuneOptions",
-    "FinetuneResult",
     "featurizer_sha256",
     "finetune",
     "load_pretrained",
