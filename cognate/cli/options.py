@@ -49,10 +49,12 @@ def db_option(what: str = "", param: str = "db", default: bool = True) -> Callab
     parts = [DB_HELP + (f" {what}" if what else "")]
     if default:
         parts.append(DB_DEFAULT_HELP)
+    # Any path: the store itself refuses a directory or a damaged file in one line (exit 1),
+    # where click would print a three-line usage error (exit 2).
     return click.option(
         "--db",
         param,
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=click.Path(path_type=Path),
         default=None,
         callback=_default_db if default else None,
         help="; ".join(parts) + ".",
