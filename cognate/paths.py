@@ -49,6 +49,11 @@ def cognate_home() -> Path:
     return base / "cognate"
 
 
+def default_db_path() -> Path:
+    """The store a command uses when given no ``--db``: ``$COGNATE_HOME/records.sqlite``."""
+    return cognate_home() / "records.sqlite"
+
+
 def shared_dir() -> Path:
     """Real matrices and peer data: ``$COGNATE_SHARED``, else ../shared beside the checkout."""
     env = os.environ.get("COGNATE_SHARED")

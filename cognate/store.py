@@ -34,7 +34,7 @@ import pandas as pd
 from cognate.errors import CognateError
 from cognate.hostid import SIMULATED_HOST, host_for, is_simulated
 from cognate.matrix import Matrix
-from cognate.paths import cognate_home
+from cognate.paths import cognate_home, default_db_path  # noqa: F401 - re-exported
 from cognate.runner import MISMATCH_PREFIX, STATUSES, Measurement
 from cognate.util import atomic_path
 
@@ -177,11 +177,6 @@ _FRAME_DTYPES = {
     "is_baseline": "bool",
     "noisy": "boolean",  # NULL where no load was recorded
 }
-
-
-def default_db_path() -> Path:
-    """The store a command uses when given no ``--db``: ``$COGNATE_HOME/records.sqlite``."""
-    return cognate_home() / "records.sqlite"
 
 
 def _finite_or_none(value: float | None) -> float | None:

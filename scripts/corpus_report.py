@@ -37,7 +37,7 @@ import pandas as pd
 
 from cognate.dataset import local_source, portable_source
 from cognate.evaluate.baselines import greedy_set
-from cognate.evaluate.stats import bootstrap_ci, mean_of_geomeans, mean_of_ratio
+from cognate.evaluate.stats import bootstrap_ci, geomean, mean_of_geomeans, mean_of_ratio
 from cognate.store import Store
 from cognate.targets import get_target
 from cognate.transfer.finetune import split_target
@@ -410,7 +410,7 @@ def fixed_k_section(
             _fixed_scores(speedups, list(rng.choice(train, k, replace=False)), test)
             for _ in range(200)
         ]
-        many = [np.mean([np.exp(np.mean(np.log(d[j] / oracle))) for d in draws]) for j in (0, 1)]
+        many = [np.mean([geomean(d[j] / oracle) for d in draws]) for j in (0, 1)]
         lines.append(f"| {k} | {' | '.join(cells)} | {many[0]:.1%} / {many[1]:.1%} |")
     return lines
 

@@ -47,7 +47,7 @@ def register(main: click.Group, data: click.Group) -> None:
 @click.option("--op", default=None, help="Only this op's records (spmm, sddmm).")
 @click.option("--status", type=click.Choice(STATUSES), default=None, help="Only this status.")
 def export(
-    db_path: Path | None,
+    db_path: Path,
     output: Path | None,
     dataset: Path | None,
     drop_counters: str,
@@ -57,11 +57,10 @@ def export(
 ) -> None:
     """Export every measurement, joined with its matrix and config, to one table (-o) or
     to the portable data set (--dataset)."""
-    from cognate.store import Store, default_db_path  # pandas: only when the command runs
+    from cognate.store import Store  # pandas: only when the command runs
 
     if (output is None) == (dataset is None):
         raise click.UsageError("give exactly one of -o FILE and --dataset DIR")
-    db_path = db_path or default_db_path()
     if not db_path.is_file():  # never create an empty store just to export it
         raise CognateError(f"{db_path}: no such record store")
     with Store(db_path, readonly=True) as store:
@@ -82,19 +81,19 @@ def export(
 @click.command("import")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @db_option("to load into (created if new)", "db_path")
-def import_records(paths: tuple[Path, ...], db_path: Path | None) -> None:
+def import_records(paths: tuple[Path, ...], db_path: Path) -> None:
     """Load exported records (Parquet files or data-set folders, e.g. data/records) into a
     store. Records the store already holds are kept as they are. Every row is checked
     first: a data set with a bad row is refused, naming file and row, and nothing of it is
     stored."""
     from cognate.dataset import read_dataset, summary
     from cognate.progress import Ticker, say
-    from cognate.store import Store, default_db_path
+    from cognate.store import Store
 
     frame = read_dataset(list(paths), log=say)  # read and checked before the store is touched
     added = kept = 0
     ticker = Ticker("stored", len(frame), every=0, unit="records")  # a line per chunk
-    with Store(db_path or default_db_path()) as store:
+    with Store(db_path) as store:
         # in chunks, each its own transaction, so a pipe sees it move; a killed import
         # keeps whole chunks and a rerun adds the rest (rows already there are kept)
         for start in range(0, len(frame), IMPORT_CHUNK):

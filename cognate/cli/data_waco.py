@@ -67,7 +67,7 @@ def _check_shapes(peer: PeerFile, lines: list[WacoLine], matrix: Matrix) -> None
 def import_waco(peer_dir: Path, matrices_dir: Path, db_path: Path | None) -> None:
     """Load WACO's <op>/<matrix>.txt runtimes under PEER_DIR into the record store."""
     from cognate.io import load_matrix
-    from cognate.store import Store, default_db_path
+    from cognate.store import Store
     from cognate.targets.cpu.space import make_space
     from cognate.targets.cpu.waco import (
         WACO_HOST,
@@ -97,7 +97,7 @@ def import_waco(peer_dir: Path, matrices_dir: Path, db_path: Path | None) -> Non
     table = Table("op", "matrix", "shape", "nnz", "records")
     total = 0
     if ready:
-        with Store(db_path or default_db_path()) as store:
+        with Store(db_path) as store:
             for peer, lines, matrix in ready:
                 written = store.record(
                     matrix,

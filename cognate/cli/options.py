@@ -35,9 +35,9 @@ DB_DEFAULT_HELP = "default: $COGNATE_HOME/records.sqlite"
 
 
 def _default_db(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path:
-    from cognate.paths import cognate_home  # what cognate.store.default_db_path names
+    from cognate.paths import default_db_path
 
-    return value if value is not None else cognate_home() / "records.sqlite"
+    return value if value is not None else default_db_path()
 
 
 def db_option(what: str = "", param: str = "db", default: bool = True) -> Callable[[F], F]:

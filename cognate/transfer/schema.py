@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
 from cognate.errors import CognateError
 from cognate.model.checkpoint import first_error
@@ -29,18 +29,12 @@ class OptionsMeta(_Section):
     latent: str
     seed: int
 
-    @field_validator("mapper")
+    @field_validator("mapper", "latent")
     @classmethod
-    def _mapper(cls, value: str) -> str:
-        if value not in MAPPERS:
-            raise ValueError(f"{value[:40]!r} is not one of {', '.join(MAPPERS)}")
-        return value
-
-    @field_validator("latent")
-    @classmethod
-    def _latent(cls, value: str) -> str:
-        if value not in LATENTS:
-            raise ValueError(f"{value[:40]!r} is not one of {', '.join(LATENTS)}")
+    def _known(cls, value: str, info: ValidationInfo) -> str:
+        names = MAPPERS if info.field_name == "mapper" else LATENTS
+        if value not in names:
+            raise ValueError(f"{value[:40]!r} is not one of {', '.join(names)}")
         return value
 
 
