@@ -242,7 +242,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--shapes", type=parse_shape, nargs="+", default=list(LAYER_SHAPES))
     parser.add_argument("--sparsities", type=float, nargs="+", default=[0.9])
-    parser.add_argument("--full", action="store_true", help="every sparsity of the structured-sparsity sweep")
+    parser.add_argument(
+        "--full", action="store_true", help="every sparsity of the structured-sparsity sweep"
+    )
     parser.add_argument("--kinds", nargs="*", choices=STRUCTURED_KINDS, default=STRUCTURED_KINDS)
     parser.add_argument("--permuted-kinds", nargs="*", choices=STRUCTURED_KINDS, default=["kdiag"])
     parser.add_argument("--widths", type=int, nargs="+", default=[128, 512])

@@ -11,6 +11,11 @@ process, interleaved rounds (tuned, mkl, torch, scipy, tuned, ...), medians:
 - torch: ``torch.sparse.mm`` on a CSR tensor (int32 indices), as a PyTorch user calls it;
 - scipy: ``A @ B`` (single-threaded).
 
+OpenMP settings are the caller's (nothing set: libgomp's default waits, as a plain Python
+caller has them). A second process then times the same picks against MKL with passive waits
+(``OMP_WAIT_POLICY=passive``: every 2-thread call pays a thread wake) and its ratio is
+printed in its own labelled column; ``--no-passive-column`` skips it.
+
 Every result is checked against a float64 scipy reference before its time counts. Prints
 ratios (library time / tuned time: > 1 means the tuned kernel is faster), GFLOP/s and the
 effective bandwidth (A + B + C bytes once per call) next to a STREAM triad measured in the
@@ -19,21 +24,25 @@ busy machine is flagged (timings taken under load rank by what ran beside them).
 
     python scripts/bench_vs_library.py --quick              # one small shared matrix
     python scripts/bench_vs_library.py --threads 2          # shared matrices + 1M-nnz ones
+    python scripts/bench_vs_library.py --threads 2 --widths 32 128 512 --ngraph --min-nnz 10000 \
+        --graphs 100000 1000000 5000000                      # + real and generated graphs
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
 from cognate.timing import early_threads, time_interleaved
 
-# --threads N reaches OpenMP before any runtime loads. Passive OpenMP waits (unless set
-# otherwise), as tune --verify uses: this process holds two OpenMP runtimes (torch bundles its
-# own libgomp; MKL and the generated kernels share the system's), and a runtime's threads
-# spinning after its call steal the cores of whichever call runs next in the round.
-early_threads(sys.argv, passive=True)
+# --threads N reaches OpenMP before any runtime loads; --passive (the child run of the
+# passive column) sets passive waits the same way. Nothing else is set: default waits.
+early_threads(sys.argv, passive="--passive" in sys.argv)
 
 import numpy as np  # noqa: E402
 
@@ -48,6 +57,7 @@ from cognate.targets.cpu.kernel import mismatch, reference  # noqa: E402
 from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402
 
 QUICK_MATRIX = "dwt_878"
+OUT_OF_SAMPLE = ("held-out", "unseen")  # the model never trained on or selected with them
 
 
 def matrices(args: argparse.Namespace) -> list[Matrix]:
@@ -66,33 +76,53 @@ def matrices(args: argparse.Namespace) -> list[Matrix]:
             found.append(load_matrix(path))
         except CognateError as exc:
             print(f"skipped {path.name}: {exc}", file=sys.stderr)
+    found = [m for m in found if m.nnz >= args.min_nnz]
     if args.synthetic_nnz:
         from cognate.synth import synthetic_pair
 
         for matrix in synthetic_pair(args.synthetic_nnz):
             matrix.name = f"{matrix.name}-{matrix.nnz}"
             found.append(matrix)
-    return found
+    return found + generated_graphs(args.graphs)
 
 
-def calls(matrix: Matrix, result, b: np.ndarray, threads: int) -> tuple[dict, dict, float]:
+def generated_graphs(sizes: list[int]) -> list[Matrix]:
+    """Social-like (powerlaw) and road-like graphs of about each size in nonzeros (seed 0,
+    node labels as the generators give them)."""
+    from cognate.synth import generate
+
+    graphs = []
+    for nnz in sizes:
+        for kind in ("powerlaw", "road"):
+            matrix = generate(kind, nnz=nnz, seed=0)
+            matrix.name = f"{kind}-{matrix.nnz}"
+            graphs.append(matrix)
+    return graphs
+
+
+def calls(
+    matrix: Matrix, kernel, b: np.ndarray, threads: int, libraries=("mkl", "torch", "scipy")
+) -> tuple[dict, dict, float]:
     """The checked calls of one (matrix, width): name -> callable, name -> why missing,
-    and MKL's inspection seconds."""
+    and MKL's inspection seconds. ``kernel(b, out=c)`` is the tuned kernel as users call it."""
     csr = matrix.csr
     c_tuned = np.empty((csr.shape[0], b.shape[1]), dtype=np.float32)
-    prepared = {"tuned": lambda: result.kernel(b, out=c_tuned)}
+    prepared = {"tuned": lambda: kernel(b, out=c_tuned)}
     results = {"tuned": lambda: c_tuned}
     missing: dict[str, str] = {}
     inspect_s = float("nan")
-    try:
-        mkl = library.mkl_spmm_call(csr, b, threads)
-        prepared["mkl"], results["mkl"], inspect_s = mkl.run, mkl.result, mkl.inspect_s
-    except CognateError as exc:
-        missing["mkl"] = str(exc)
-    torch_call = library.torch_spmm_call(csr, b)
-    prepared["torch"], results["torch"] = torch_call.run, torch_call.result
-    prepared["scipy"] = lambda: csr @ b
-    results["scipy"] = lambda: np.asarray(csr @ b)
+    if "mkl" in libraries:
+        try:
+            mkl = library.mkl_spmm_call(csr, b, threads)
+            prepared["mkl"], results["mkl"], inspect_s = mkl.run, mkl.result, mkl.inspect_s
+        except CognateError as exc:
+            missing["mkl"] = str(exc)
+    if "torch" in libraries:
+        torch_call = library.torch_spmm_call(csr, b)
+        prepared["torch"], results["torch"] = torch_call.run, torch_call.result
+    if "scipy" in libraries:
+        prepared["scipy"] = lambda: csr @ b
+        results["scipy"] = lambda: np.asarray(csr @ b)
     ref, tol = reference(csr, "spmm", (b,))
     for name in list(prepared):
         prepared[name]()
@@ -118,6 +148,14 @@ def main() -> None:
         "--ngraph", action="store_true", help="also the 277 ngraph matrices (mostly < 10k nnz)"
     )
     parser.add_argument("--synthetic-nnz", type=int, default=1_000_000, help="0: none")
+    parser.add_argument("--min-nnz", type=int, default=0, help="leave smaller files out")
+    parser.add_argument(
+        "--graphs", type=int, nargs="*", default=[], help="generated graphs of these nnz"
+    )
+    parser.add_argument("--json", type=Path, help="write every row here")
+    parser.add_argument("--no-passive-column", action="store_true")
+    parser.add_argument("--passive", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--picks", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--widths", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--top-k", type=int, default=5)
@@ -131,37 +169,144 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(threads)
+    if args.passive:  # the child run: time the given picks against MKL, passive waits
+        passive_rows(args, threads)
+        return
     stream = stream_triad_gbs()
-    print(f"threads {threads}; STREAM triad {stream:.1f} GB/s (this run)")
+    print(f"threads {threads}; OpenMP waits {wait_words()}; STREAM triad {stream:.1f} GB/s")
     header = (
         f"{'matrix':<28}{'nnz':>9}{'N':>5}{'tuned ms':>10}{'mkl ms':>9}{'torch ms':>10}"
         f"{'scipy ms':>10}{'mkl/tuned':>10}{'torch/tuned':>12}{'GFLOP/s':>9}{'GB/s':>7}"
-        f"{'%triad':>7}{'mkl insp ms':>12}  tuned pick"
+        f"{'%triad':>7}{'mkl insp ms':>12}  {'model data':<11} tuned pick"
     )
     print(header)
-    ratios: dict[int, list[tuple[int, float]]] = {w: [] for w in args.widths}
+    rows = []
     for matrix in matrices(args):
         for width in args.widths:
             row = bench_one(matrix, width, threads, args, stream)
             if row is not None:
-                ratios[width].append((matrix.nnz, row))
-    for width, found in ratios.items():
-        big = [r for nnz, r in found if nnz > 100_000]
-        print(
-            f"N={width}: tuned vs MKL inspector-executor geomean {geomean([r for _, r in found]):.3f}x"
-            f" over {len(found)} matrices; over 100k nnz: min "
-            f"{min(big) if big else float('nan'):.3f}x over {len(big)}"
+                rows.append(row)
+    passive = {} if args.no_passive_column else passive_column(rows, threads)
+    summary(rows, passive, args.widths)
+    if args.json:
+        args.json.write_text(json.dumps({"rows": rows, "passive": passive}, indent=1))
+
+
+def model_data(name: str) -> str:
+    """Which data of the shipped cpu SpMM model a matrix was (train / validation / held-out,
+    from its provenance file), else ``unseen``: only held-out and unseen matrices are
+    out-of-sample for the model's ranking."""
+    global _SPLITS
+    if _SPLITS is None:
+        from cognate.model.cost_model import resolve_model_path
+
+        path = resolve_model_path(None, "cpu", "spmm").with_suffix(".provenance.json")
+        found = json.loads(path.read_text())["matrices"] if path.is_file() else {}
+        _SPLITS = {n: split for split, names in found.items() for n in names}
+    split = _SPLITS.get(name, "unseen")
+    return "held-out" if split == "test" else split
+
+
+_SPLITS: dict[str, str] | None = None
+
+
+def wait_words() -> str:
+    policy = os.environ.get("OMP_WAIT_POLICY", "")
+    return f"OMP_WAIT_POLICY={policy}" if policy else "default (OMP_WAIT_POLICY unset)"
+
+
+def summary(rows: list[dict], passive: dict, widths: list[int]) -> None:
+    """Geomeans per width; the passive column's beside them."""
+    if passive:
+        print("mkl/tuned with passive waits (a separate process, the same picks):")
+        for row in rows:
+            key = f"{row['matrix']}:{row['width']}"
+            if key in passive:
+                print(f"  {row['matrix'][:27]:<28}N={row['width']:<5}{passive[key]:.3f}")
+    for width in widths:
+        out = [
+            r["mkl/tuned"]
+            for r in rows
+            if r["width"] == width and r.get("mkl/tuned") and r["model_data"] in OUT_OF_SAMPLE
+        ]
+        if out:
+            print(
+                f"N={width}: out-of-sample for the model (held-out or unseen): tuned vs MKL-IE"
+                f" geomean {geomean(out):.3f}x over {len(out)} (min {min(out):.3f}x)"
+            )
+        found = [
+            (r["nnz"], r["mkl/tuned"]) for r in rows if r["width"] == width and r.get("mkl/tuned")
+        ]
+        big = [x for nnz, x in found if nnz > 100_000]
+        low = min((x for _, x in found), default=float("nan"))
+        line = (
+            f"N={width}: tuned vs MKL inspector-executor geomean"
+            f" {geomean([x for _, x in found]) if found else float('nan'):.3f}x over"
+            f" {len(found)} matrices (min {low:.3f}x); over 100k nnz: min"
+            f" {min(big) if big else float('nan'):.3f}x over {len(big)}"
         )
+        torch_found = [
+            r["torch/tuned"] for r in rows if r["width"] == width and r.get("torch/tuned")
+        ]
+        if torch_found:
+            line += f"; vs torch.sparse.mm {geomean(torch_found):.3f}x"
+        pas = [passive[k] for k in passive if k.endswith(f":{width}")]
+        if pas:
+            line += f"; passive waits (separate column) {geomean(pas):.3f}x over {len(pas)}"
+        print(line)
 
 
-def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> float | None:
-    """Tune, check and time one (matrix, width); print its row; return mkl / tuned."""
+def passive_column(rows: list[dict], threads: int) -> dict[str, float]:
+    """mkl/tuned per (matrix, width) with passive waits: this script again in a child process
+    (the policy is read once, when OpenMP starts) on the same picks, without tuning."""
+    picks = [{k: r[k] for k in ("matrix", "width", "knobs")} for r in rows]
+    with tempfile.TemporaryDirectory(prefix="cognate-bench-") as tmp:
+        picks_path, out = Path(tmp) / "picks.json", Path(tmp) / "passive.json"
+        picks_path.write_text(json.dumps(picks))
+        argv = [a for a in sys.argv[1:] if a not in ("--json",)]
+        if "--json" in sys.argv[1:]:
+            i = sys.argv[1:].index("--json")
+            argv = sys.argv[1 : i + 1] + sys.argv[i + 3 :]
+        cmd = [sys.executable, *sys.argv[:1], *argv, "--passive", "--picks", str(picks_path)]
+        cmd += ["--json", str(out), "--threads", str(threads)]
+        env = {**os.environ, "OMP_WAIT_POLICY": "passive"}
+        done = subprocess.run(cmd, env=env, check=False)
+        if done.returncode != 0 or not out.is_file():
+            print(f"passive column: child run failed (exit {done.returncode})", file=sys.stderr)
+            return {}
+        return json.loads(out.read_text())
+
+
+def passive_rows(args: argparse.Namespace, threads: int) -> None:
+    """The child run: each pick's kernel against MKL-IE, interleaved; ratios to --json."""
+    from cognate.config import Config
+    from cognate.targets.cpu.tuned import ScheduleKernel
+
+    picks = {(p["matrix"], p["width"]): p["knobs"] for p in json.loads(args.picks.read_text())}
+    found: dict[str, float] = {}
+    for matrix in matrices(args):
+        for width in args.widths:
+            knobs = picks.get((matrix.name, width))
+            if knobs is None:
+                continue
+            kernel = ScheduleKernel(matrix, "spmm", Config("cpu", "spmm", knobs))
+            b = np.random.default_rng(0).uniform(-1, 1, (matrix.shape[1], width))
+            b = b.astype(np.float32)
+            prepared, missing, _ = calls(matrix, kernel, b, threads, libraries=("mkl",))
+            if "tuned" in prepared and "mkl" in prepared:
+                med = time_interleaved(prepared, args.rounds, threads=threads).seconds
+                found[f"{matrix.name}:{width}"] = med["mkl"] / med["tuned"]
+    args.json.write_text(json.dumps(found))
+
+
+def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> dict | None:
+    """Tune, check and time one (matrix, width); print its row and return it."""
     result = cognate.tune(
         matrix, width=width, top_k=args.top_k, verify=True, candidates=args.candidates,
         threads=threads,
     )  # fmt: skip
     b = np.random.default_rng(0).uniform(-1, 1, (matrix.shape[1], width)).astype(np.float32)
-    prepared, missing, inspect_s = calls(matrix, result, b, threads)
+    prepared, missing, inspect_s = calls(matrix, result.kernel, b, threads)
     for name, why in missing.items():
         print(f"  {matrix.name} N={width}: {name} not timed: {why}", file=sys.stderr)
     if "tuned" not in prepared:
@@ -177,15 +322,24 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
         return f"{med[name] / tuned:.3f}" if name in med else "-"
 
     pick = "baseline (kept)" if result.kept_baseline else result.best.description.split("|")[0]
+    gflops = 2 * matrix.nnz * width / tuned / 1e9
+    gbs = bytes_moved(matrix, width) / tuned / 1e9
     print(
         f"{matrix.name[:27]:<28}{matrix.nnz:>9}{width:>5}{ms('tuned'):>10}{ms('mkl'):>9}"
         f"{ms('torch'):>10}{ms('scipy'):>10}{ratio('mkl'):>10}{ratio('torch'):>12}"
-        f"{2 * matrix.nnz * width / tuned / 1e9:>9.2f}"
-        f"{bytes_moved(matrix, width) / tuned / 1e9:>7.1f}"
-        f"{100 * bytes_moved(matrix, width) / tuned / 1e9 / stream:>7.1f}"
-        f"{inspect_s * 1e3:>12.2f}  {pick.strip()}" + (f"  [{load.line()}]" if load.busy else "")
+        f"{gflops:>9.2f}{gbs:>7.1f}{100 * gbs / stream:>7.1f}"
+        f"{inspect_s * 1e3:>12.2f}  {model_data(matrix.name):<11} {pick.strip()}"
+        + (f"  [{load.line()}]" if load.busy else "")
     )
-    return med["mkl"] / tuned if "mkl" in med else None
+    return {
+        "matrix": matrix.name, "nnz": matrix.nnz, "width": width, "seconds": med,
+        "mkl/tuned": med["mkl"] / tuned if "mkl" in med else None,
+        "torch/tuned": med["torch"] / tuned if "torch" in med else None,
+        "gflops": gflops, "pct_triad": 100 * gbs / stream, "mkl_inspect_s": inspect_s,
+        "knobs": dict(result.config.knobs), "kept_baseline": result.kept_baseline,
+        "model_data": model_data(matrix.name),
+        "busy": load.busy,
+    }  # fmt: skip
 
 
 if __name__ == "__main__":

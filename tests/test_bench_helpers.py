@@ -265,3 +265,26 @@ def test_eval_tune_scores_the_model_and_the_fixed_set_on_one_matrix(shared, tmp_
     assert fixed1 == pytest.approx(base / measured[fixed[0].hash], rel=1e-9)  # deterministic
     assert topk >= top1 and fixedk >= fixed1
     assert oracle >= max(topk, fixedk) - 1e-12
+
+
+def _load_script(name: str):
+    spec = importlib.util.spec_from_file_location(name, SCRIPTS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_locality_fixed_config_is_chosen_without_the_matrix_it_scores() -> None:
+    bench = _load_script("bench_locality")
+    # config "a" is best on two matrices, "b" on the third; library / kept / noise entries
+    # are never configs.
+    rows = [
+        {"seconds": {"baseline": 1.0, "a": 0.5, "b": 0.9, "lib:mkl-ie": 0.1, "kept:rcm": 0.1}},
+        {"seconds": {"baseline": 1.0, "a": 0.5, "b": 0.9, "noise:baseline": 0.2}},
+        {"seconds": {"baseline": 1.0, "a": 2.0, "b": 0.25}},
+    ]
+    oracle, fixed, picks = bench.oracle_and_fixed(rows)
+    assert oracle == [2.0, 2.0, 4.0]
+    # row 0 chosen on rows 1, 2: a = geomean(2, 0.5) = 1, b = geomean(1.11, 4) > 1 -> b
+    assert picks == ["b", "b", "a"]
+    assert fixed == pytest.approx([1 / 0.9, 1 / 0.9, 0.5])

@@ -156,6 +156,13 @@ def _print_summary(console: Console, result: Any) -> None:
         console.print(f"library reference not timed: {result.library_error}")
     if result.timing == "sequential":
         console.print("timed one config after another (the interleaved verify failed)")
+    policy = (result.load or {}).get("omp_wait_policy")
+    if policy:  # which OpenMP waits the medians hold: the user's loop has the same
+        words = "default (spin, then sleep)" if policy == "default" else policy
+        console.print(
+            f"timed as your own loop calls it: median ± interquartile range of interleaved"
+            f" rounds, OpenMP waits {words} (OMP_WAIT_POLICY of this shell)"
+        )
 
 
 @click.command()

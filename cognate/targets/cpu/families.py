@@ -32,7 +32,7 @@ from cognate.targets.cpu.kernel import BoundKernel, KernelCall, check_operands, 
 from cognate.targets.cpu.structured import StructuredView, structured_view
 
 CSR = "csr"
-FAMILIES: tuple[str, ...] = (CSR, "dia", "bcsr")
+FAMILIES: tuple[str, ...] = (CSR, "dia", "bcsr", "reordered", "panel")
 POWERS_OF_TWO_TO_64 = (1, 2, 4, 8, 16, 32, 64)
 # Compile-time parameters per (family, op) and their legal values (whitelists).
 TEMPLATE_PARAMS: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {
@@ -44,6 +44,12 @@ TEMPLATE_PARAMS: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {
         "jtile": (8, 16, 32, 64),
     },
     ("bcsr", "sddmm"): {"brows": (1, 2, 4, 8, 16), "bcols": (1, 2, 4, 8, 16)},
+    # Only the width is compiled in: by, symmetric, strip are runtime knobs (reordered.py).
+    ("reordered", "spmm"): {},
+    ("reordered", "sddmm"): {},
+    # Only the width is compiled in: pcols, rblock are pack-time / runtime knobs (panel.py).
+    ("panel", "spmm"): {},
+    ("panel", "sddmm"): {},
 }
 
 
@@ -69,8 +75,9 @@ class FamilyKernel:
         return f"cognate_{self.family}_{self.op}"
 
 
-def kernel_of(op: str, knobs: Mapping[str, Any], width: int) -> FamilyKernel:
-    """Check a family config's compile-time knobs against the whitelists."""
+def kernel_of(op: str, knobs: Mapping[str, Any], width: int, runtime: bool = True) -> FamilyKernel:
+    """Check a family config's compile-time knobs against the whitelists (and, unless
+    ``runtime`` is False, its runtime knobs: chunk, and the reordered family's own)."""
     family = family_of(knobs)
     allowed = TEMPLATE_PARAMS.get((family, op))
     if allowed is None:
@@ -86,13 +93,24 @@ def kernel_of(op: str, knobs: Mapping[str, Any], width: int) -> FamilyKernel:
             raise CognateError(f"cpu {op} {family}: {name} must be one of {values}")
         params.append((name, int(value)))
     runtime_knob(knobs, "chunk")
+    if runtime and family == "reordered":
+        from cognate.targets.cpu.reordered import check_knobs
+
+        check_knobs(knobs)
+    if runtime and family == "panel":
+        from cognate.targets.cpu.panel import check_knobs as check_panel_knobs
+
+        check_panel_knobs(knobs)
     return FamilyKernel(family, op, tuple(params), width)
 
 
 def generate_family_source(kernel: FamilyKernel) -> str:
     """C source of ``kernel`` (its template with the checked integers filled in)."""
     checked = kernel_of(
-        kernel.op, {"family": kernel.family, "chunk": 1, **dict(kernel.params)}, kernel.width
+        kernel.op,
+        {"family": kernel.family, "chunk": 1, **dict(kernel.params)},
+        kernel.width,
+        runtime=False,
     )
     if checked != kernel:
         raise CognateError(f"cpu {kernel.op}: inconsistent {kernel.family} kernel {kernel}")
@@ -146,10 +164,10 @@ def pack_family(
 ) -> FamilyPacked:
     """Pack a Matrix / CSR / StructuredView for a DIA or BCSR config (TooLarge if over the
     size limit, decided before the packed arrays are allocated)."""
-    from cognate.targets.cpu import bcsr, dia
+    from cognate.targets.cpu import bcsr, dia, panel, reordered
 
     kernel = kernel_of(op, knobs, width)
-    module = {"dia": dia, "bcsr": bcsr}[kernel.family]
+    module = {"dia": dia, "bcsr": bcsr, "reordered": reordered, "panel": panel}[kernel.family]
     return module.pack(view_of(source), kernel, knobs, max_entries)
 
 

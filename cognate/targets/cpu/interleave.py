@@ -60,10 +60,18 @@ def calls_per_sample(fn: Callable[[], Any], min_sample_s: float = MIN_SAMPLE_S) 
 
 
 def interleaved(
-    calls: dict[str, Callable[[], Any]], rounds: int = ROUNDS, min_sample_s: float = MIN_SAMPLE_S
+    calls: dict[str, Callable[[], Any]],
+    rounds: int = ROUNDS,
+    min_sample_s: float = MIN_SAMPLE_S,
+    lead_in: bool = False,
 ) -> dict[str, Timed]:
     """Time every call once per round, ``rounds`` rounds; the order rotates by one each round
-    so no call always runs right after the same neighbour (whose cache footprint it sees)."""
+    so no call always runs right after the same neighbour (whose cache footprint it sees).
+
+    ``lead_in``: each sample is preceded by as many untimed calls. Under default OpenMP waits
+    a runtime's threads spin a while after its last call; torch's bundled runtime is not the
+    one MKL and the kernels share, so its spinning threads would take a core from the first
+    calls after it. After the lead-in each call runs as in a user's own loop."""
     names = list(calls)
     numbers = {name: calls_per_sample(calls[name], min_sample_s) for name in names}
     timed = {name: Timed(name) for name in names}
@@ -71,6 +79,8 @@ def interleaved(
         shift = round_index % max(len(names), 1)
         for name in names[shift:] + names[:shift]:
             fn, number = calls[name], numbers[name]
+            for _ in range(number if lead_in else 0):
+                fn()
             start = time.perf_counter()
             for _ in range(number):
                 fn()
@@ -135,7 +145,7 @@ def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[st
             outcome["configs"][key] = {"status": "timeout", "error": why}
             continue
         outcome["configs"][key] = {"status": "ok"}
-        calls[key] = call
+        calls[key] = _user_call(call)
     if job.get("library", True):
         found, missing = library_calls(matrix.csr, op, operands, job.get("threads"))
         outcome["library_missing"] = missing
@@ -148,6 +158,16 @@ def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[st
             outcome["library"][lib.name] = {"inspect_s": lib.inspect_s}
             calls[f"lib:{lib.name}"] = lib.run
     return calls, outcome
+
+
+def _user_call(call: Any) -> Callable[[], None]:
+    """The bound kernel called as ``TunedKernel`` calls it for the user: through its argument
+    vector (cognate/targets/cpu/fastcall.py), not ctypes' per-call argument conversion."""
+    from cognate.targets.cpu.fastcall import ArgvCall
+
+    fast = ArgvCall(call._fn, call._args, call._pointers)
+    fast.keep = call  # the bound kernel owns the arrays whose addresses the vector holds
+    return fast
 
 
 def save_job_matrix(matrix: Any, path: Path) -> None:
@@ -177,6 +197,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Prepare and check everything, then under the machine-wide timing lock read the load
     and time all calls in interleaved rounds; re-measure the two leading configs (baseline
     included) head to head when their medians are within their spreads."""
+    from cognate.targets.cpu.verify import wait_policy
     from cognate.timing import machine_load, timing_lock
 
     calls, outcome = _prepare(job)
@@ -185,10 +206,14 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     def waiting(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
+    policy = wait_policy()
+    lead_in = policy != "passive"
     with timing_lock(on_wait=waiting):
         load = machine_load(job.get("threads"))
-        outcome["load"] = {**load.as_dict(), "line": load.line()}
-        timed = interleaved(calls, job.get("rounds", ROUNDS), job.get("min_sample_s", MIN_SAMPLE_S))
+        outcome["load"] = {**load.as_dict(), "line": load.line(), "omp_wait_policy": policy}
+        timed = interleaved(
+            calls, job.get("rounds", ROUNDS), job.get("min_sample_s", MIN_SAMPLE_S), lead_in
+        )
         remeasured: list[str] = []
         if len(configs) >= 2:
             first, second = leaders(timed, configs)
@@ -197,6 +222,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                     {k: calls[k] for k in (first, second)},
                     job.get("remeasure_rounds", REMEASURE_ROUNDS),
                     job.get("min_sample_s", MIN_SAMPLE_S),
+                    lead_in,
                 )
                 timed.update(again)
                 remeasured = [first, second]

@@ -17,6 +17,7 @@ import scipy.sparse as sp
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
+from cognate.targets.cpu.fastcall import ArgvCall
 from cognate.targets.cpu.kernel import BoundKernel, check_operands
 
 _F32 = np.dtype(np.float32)
@@ -49,6 +50,11 @@ def _output(out: Any, shape: tuple[int, ...]) -> np.ndarray:
     """``out`` as a writable numpy view: float32, C-contiguous, of ``shape``; else one line."""
     if is_torch(out) and out.device.type != "cpu":
         raise CognateError(f"out: a torch tensor on {out.device}, the kernel writes on cpu")
+    if is_torch(out) and out.requires_grad:  # as torch refuses an in-place op on such a leaf
+        raise CognateError(
+            "out requires grad: the kernel writes outside autograd (cognate.torch's operators"
+            " differentiate)"
+        )
     array = out.detach().numpy() if is_torch(out) else out
     if not isinstance(array, np.ndarray):
         raise CognateError(f"out must be a numpy array or torch tensor, got {type(out).__name__}")
@@ -70,10 +76,10 @@ class TunedKernel:
     tensor) whose values are ``out`` (A.nnz float32, in A's CSR order) when given.
     Not thread-safe: the SDDMM slot buffer of a padded layout is shared between calls.
 
-    A call costs a few microseconds of Python around the kernel: converting 19 arguments and
-    reading array addresses through ``ndarray.ctypes`` took 15-80 us per call, more than a
-    small SpMM, so the ctypes arguments are built once and re-built only when the caller
-    passes other arrays than last time.
+    A call costs well under a microsecond of Python around the kernel: the kernel's arguments
+    live in one vector (``fastcall.ArgvCall``: converting 19 ctypes arguments per call cost
+    ~1.1 us, reading addresses through ``ndarray.ctypes`` 3-5 us), and only the operands'
+    and output's addresses change in it, when the caller passes other arrays than last time.
     """
 
     def __init__(self, matrix: Matrix, op: str, config: Config, operands: tuple[Any, ...]) -> None:
@@ -95,19 +101,22 @@ class TunedKernel:
         csr = matrix.csr
         self._indptr, self._indices = _read_only(csr.indptr), _read_only(csr.indices)
         self._torch_index: tuple[Any, Any] | None = None
-        pointers = self.call._pointers
-        self._template = [
-            ctypes.c_void_p(v) if i < pointers else ctypes.c_int64(v)
-            for i, v in enumerate(self.call._args)
-        ]
-        self._bound: tuple[tuple[np.ndarray, ...], list[Any]] | None = None
-        self._fn = _untyped(self.call._fn)
+        self._argv = ArgvCall(self.call._fn, self.call._args, self.call._pointers)
+        # The arrays whose addresses the argument vector holds (kept alive by this reference).
+        self._bound: tuple[Any, ...] | None = None
+        self._torch_last: tuple[Any, ...] | None = None  # SpMM's last tensors and addresses
 
     def __call__(self, *operands: Any, out: Any = None) -> Any:
-        bound = self._bound
-        if self._repeat(bound, operands, out):  # SpMM into the same arrays as last call
-            self._fn(*bound[1])  # type: ignore[index]
-            return out
+        if self.op == "spmm" and len(operands) == 1:
+            b = operands[0]
+            if type(b) is np.ndarray:
+                if self._repeat(b, out):  # SpMM into the same arrays as last call
+                    self._argv.run()
+                    return out
+            elif (self._torch_last is not None and b is self._torch_last[0]) or is_torch(b):
+                done = self._torch_spmm(b, out)
+                if done is not None:
+                    return done
         arrays = self._plain(operands)
         as_torch = False
         if arrays is None:  # not float32 C-contiguous numpy arrays of the right shapes
@@ -115,16 +124,15 @@ class TunedKernel:
             as_torch = any(is_torch(a) for a in operands)
         return self.run(arrays, out, as_torch)
 
-    def _repeat(self, bound: Any, operands: tuple[Any, ...], out: Any) -> bool:
-        """Whether this SpMM call passes the very arrays of the last one (checked then; the
-        shape and dtype are checked again: both can be reassigned in place)."""
-        if bound is None or out is None or self.op != "spmm" or len(operands) != 1:
-            return False
-        last_b, last_out = bound[0]
-        b = operands[0]
+    def _repeat(self, b: np.ndarray, out: Any) -> bool:
+        """Whether this SpMM call passes the very numpy arrays of the last one (checked then;
+        the shape and dtype are checked again: both can be reassigned in place)."""
+        bound = self._bound
         return (
-            b is last_b
-            and out is last_out
+            bound is not None
+            and out is not None
+            and b is bound[0]
+            and out is bound[1]
             and b.shape == self._shapes[0]
             and out.shape == self._out_shape
             and b.dtype == _F32
@@ -204,15 +212,50 @@ class TunedKernel:
         every = (*arrays, out)
         if (
             bound is None
-            or len(bound[0]) != len(every)
-            or any(a is not b for a, b in zip(bound[0], every, strict=True))
+            or len(bound) != len(every)
+            or any(a is not b for a, b in zip(bound, every, strict=True))
         ):
-            args = list(self._template)
-            first = self.call._pointers - len(every)
-            for index, array in enumerate(every):
-                args[first + index] = ctypes.c_void_p(_address(array))
-            bound = self._bound = (every, args)
-        self._fn(*bound[1])
+            self._point_at([_address(a) for a in every])
+            self._bound, self._torch_last = every, None
+        self._argv.run()
+
+    def _point_at(self, addresses: list[int]) -> None:
+        """The dense operands' and the output's addresses into the argument vector (every
+        kernel signature ends with them)."""
+        first = self.call._pointers - len(addresses)
+        for index, address in enumerate(addresses):
+            self._argv.set_pointer(first + index, address)
+
+    def _torch_spmm(self, b: Any, out: Any) -> Any:
+        """SpMM on float32 contiguous cpu tensors without a numpy view (``data_ptr`` costs
+        ~0.1 us, ``.numpy()`` a few); None when they are not such tensors."""
+        last = self._torch_last
+        if (  # the tensors of the last call, still at the same addresses and shapes
+            last is not None
+            and b is last[0]
+            and out is last[1]
+            and b.data_ptr() == last[2]
+            and out.data_ptr() == last[3]
+            and b.shape == self._shapes[0]
+            and out.shape == self._out_shape
+            and b.is_contiguous()
+            and out.is_contiguous()
+        ):
+            self._argv.run()
+            return out
+        torch = _torch()
+        if not _plain_tensor(b, torch, self._shapes[0]):
+            return None
+        if out is None:
+            out = torch.empty(self._out_shape, dtype=torch.float32)
+        elif not (_plain_tensor(out, torch, self._out_shape) and not out.requires_grad):
+            return None
+        pointers = [b.data_ptr(), out.data_ptr()]
+        self._point_at(pointers)
+        self._bound = (b, out)  # keeps them alive (_repeat takes numpy arrays only)
+        self._torch_last = (b, out, *pointers)
+        self._argv.run()
+        return out
 
     @staticmethod
     def _fresh_or(out: Any, shape: tuple[int, ...]) -> np.ndarray:
@@ -245,13 +288,15 @@ class TunedKernel:
         return sp.csr_matrix((values, self._indices, self._indptr), shape=self.matrix.shape)
 
 
-def _untyped(fn: Any) -> Any:
-    """Another function object for the same C entry point, without argtypes: called with
-    ctypes instances of the right types only (the template), it skips converting 19 Python
-    arguments per call. (The library's own object is shared, so its argtypes stay.)"""
-    copy = type(fn)(ctypes.cast(fn, ctypes.c_void_p).value)
-    copy.restype, copy.argtypes = None, None
-    return copy
+def _plain_tensor(value: Any, torch: Any, shape: tuple[int, ...]) -> bool:
+    return (
+        type(value) is torch.Tensor
+        and value.dtype is torch.float32
+        and value.device.type == "cpu"
+        and tuple(value.shape) == shape
+        and value.is_contiguous()
+        and value.layout is torch.strided
+    )
 
 
 def _address(array: np.ndarray) -> int:
