@@ -36,6 +36,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--verify", action="store_true", help="measure the top schedules (slower)")
+    p.add_argument(
+        "--order",
+        choices=("identity", "rcm", "degree", "cluster", "auto"),
+        help="cognate backend: run the graph in this node order (auto: measured; needs --verify)",
+    )
     return p.parse_args(argv)
 
 
@@ -54,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
     labels = torch.from_numpy(community_labels(adjacency, args.classes, args.seed))
     train = torch.from_numpy(np.random.default_rng(args.seed).random(n) < 0.5)
     start = time.perf_counter()
-    tune = {"widths": (args.hidden, args.classes), "verify": args.verify}
+    tune = {"widths": (args.hidden, args.classes), "verify": args.verify, "order": args.order}
     propagate, tuned = propagation(
         adjacency, args.backend, **(tune if args.backend == "cognate" else {})
     )

@@ -10,7 +10,13 @@ matrix taken as a bipartite graph) is built once per backend from the same seede
   run are forgotten first unless ``--reuse-choices``) is timed once and reported apart;
 - torch: ``torch.sparse.mm`` on a CSR tensor with plain autograd (the model a PyTorch user
   writes; its backward transposes A on every call);
-- torch-t: ``torch.sparse.mm`` with A^T built once for the backward (a stronger reference).
+- torch-t: ``torch.sparse.mm`` with A^T built once for the backward (a stronger reference);
+- cognate-ordered: cognate on the graph in a node order (cognate.torch.order: P A P^T tuned
+  as above, the features kept in the order through both layers): with ``--verify`` the order
+  ``choose_node_order`` measures fastest at the hidden width (64 by default) among identity /
+  rcm / degree / cluster, else reverse Cuthill-McKee; the output says which. Its epoch
+  includes the two permutations (hidden features in, logits out); its tuning seconds include
+  computing (and, with ``--verify``, measuring) the order.
 
 Before any timing, one forward and backward of each backend must give the same loss and
 parameter gradients (relative error <= 1e-4 against the torch backend); a graph that does
@@ -19,7 +25,8 @@ backward; no optimizer step, identical in all backends) are timed in ONE process
 interleaved rounds under cognate's timing lock (cognate.timing.time_interleaved: warm-up,
 rotating order), medians per backend. Reported: median epoch per backend, torch / cognate
 (> 1: cognate faster), the tuning seconds and the break-even epoch count (tuning seconds /
-seconds saved per epoch against torch). OpenMP and torch threads keep their defaults
+seconds saved per epoch against torch); for cognate-ordered, its order, median epoch and
+speedups over torch and over cognate. OpenMP and torch threads keep their defaults
 (``--threads N`` sets OMP_NUM_THREADS / MKL_NUM_THREADS before anything loads).
 
 Graphs: generated power-law community graphs (``cognate data synth powerlaw``) of 0.1, 0.5,
@@ -58,7 +65,10 @@ from cognate.torch.gnn import (  # noqa: E402
     propagation,
 )
 from cognate.torch.operand import as_operand_matrix  # noqa: E402
+from cognate.torch.order import NODE_ORDERS, node_order  # noqa: E402
 
+ORDERED = "cognate-ordered"  # cognate on P A P^T, features kept in the node order
+BENCH_BACKENDS = (*BACKENDS, ORDERED)
 GENERATED = (100_000, 500_000, 1_000_000, 2_000_000, 5_000_000)
 QUICK = (20_000,)
 REAL_MIN_NNZ = 100_000
@@ -75,7 +85,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--features", type=int, default=128)
     p.add_argument("--classes", type=int, default=16)
-    p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    p.add_argument("--backends", nargs="+", choices=BENCH_BACKENDS, default=list(BENCH_BACKENDS))
     p.add_argument("--verify", action="store_true", help="tune with verify (measured top-5)")
     p.add_argument("--reuse-choices", action="store_true", help="keep remembered choices")
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS / MKL_NUM_THREADS")
@@ -123,6 +133,11 @@ def one_graph(matrix: Matrix, args: argparse.Namespace) -> dict:
         choices.forget(adjacency)
     steps = {}
     for backend in args.backends:
+        if backend == ORDERED:
+            row[ORDERED], propagate = _ordered(adjacency, args)
+            model = GCN(args.features, args.hidden, args.classes, args.seed)
+            steps[backend] = _epoch(model, propagate, features, labels)
+            continue
         start = time.perf_counter()
         options = {"widths": (args.hidden, args.classes), "verify": args.verify}
         propagate, tuned = propagation(
@@ -152,7 +167,37 @@ def one_graph(matrix: Matrix, args: argparse.Namespace) -> dict:
         ref_t = timings.seconds["torch-t"]
         row["speedup_vs_torch_t"] = ref_t / cog
         row["break_even_epochs_vs_torch_t"] = _break_even(row["tune_s"], ref_t - cog)
+    if ORDERED in timings.seconds:
+        ordered = timings.seconds[ORDERED]
+        row[ORDERED]["speedup_vs_torch"] = ref / ordered
+        row[ORDERED]["speedup_vs_cognate"] = cog / ordered
+        row[ORDERED]["break_even_epochs"] = _break_even(row[ORDERED]["tune_s"], ref - ordered)
     return row
+
+
+def _ordered(adjacency: Matrix, args: argparse.Namespace) -> tuple[dict, object]:
+    """The cognate-ordered backend: TunedSparse(order="auto") with --verify (measured at the
+    hidden width), else order="rcm"; its facts and its propagation."""
+    order = "auto" if args.verify else "rcm"
+    if not args.reuse_choices:  # the schedules of every P A P^T it may tune, forgotten
+        for by in NODE_ORDERS if args.verify else ("rcm",):
+            permuted = node_order(adjacency, by).apply(adjacency)
+            choices.forget(Matrix(f"{adjacency.name}@{by}", permuted))
+    start = time.perf_counter()
+    options = {"widths": (args.hidden, args.classes), "verify": args.verify}
+    propagate, tuned = propagation(adjacency, "cognate", order=order, **options)
+    facts = {
+        "order": tuned.node_order.by,
+        "how": (
+            f"measured fastest of {'/'.join(NODE_ORDERS)} at width {args.hidden}"
+            if args.verify
+            else "not measured: no --verify"
+        ),
+        "order_s": tuned.order_seconds,
+        "tune_s": time.perf_counter() - start,
+        "choices": sorted({c.source for c in tuned.choices.values()}),
+    }
+    return facts, propagate
 
 
 def _break_even(tune_s: float, saved_s: float) -> int | None:
@@ -216,6 +261,22 @@ def report(rows: list[dict]) -> None:
             print(
                 f"geomean speedup vs {peer}: {geomean(ratios):.2f}x over {len(ratios)} graphs"
                 f" (min {min(ratios):.2f}x, max {max(ratios):.2f}x)"
+            )
+    ordered = [r for r in good if "speedup_vs_torch" in r.get(ORDERED, {})]
+    for r in ordered:
+        o, be = r[ORDERED], r[ORDERED]["break_even_epochs"]
+        print(
+            f"{ORDERED} {r['graph'][:28]}: order {o['order']} ({o['how']}), epoch"
+            f" {r['epoch_ms'][ORDERED]:.2f} ms (permutations included), tune {o['tune_s']:.2f} s,"
+            f" {o['speedup_vs_torch']:.2f}x vs torch, {o['speedup_vs_cognate']:.2f}x vs cognate,"
+            f" break-even {'never' if be is None else be}"
+        )
+    for key, peer in (("speedup_vs_torch", "torch"), ("speedup_vs_cognate", "cognate")):
+        ratios = [r[ORDERED][key] for r in ordered]
+        if ratios:
+            print(
+                f"geomean speedup of {ORDERED} vs {peer}: {geomean(ratios):.2f}x over"
+                f" {len(ratios)} graphs (min {min(ratios):.2f}x, max {max(ratios):.2f}x)"
             )
     never = [r["graph"] for r in good if r.get("break_even_epochs_vs_torch_t", 0) is None]
     if never:

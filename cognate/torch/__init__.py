@@ -15,5 +15,16 @@ from __future__ import annotations
 from cognate.torch.layers import SparseLinear, mask_matrix
 from cognate.torch.operand import TunedSparse
 from cognate.torch.ops import sddmm, spmm, spmm_t
+from cognate.torch.order import NodeOrder, choose_node_order, node_order
 
-__all__ = ["SparseLinear", "TunedSparse", "mask_matrix", "sddmm", "spmm", "spmm_t"]
+__all__ = [
+    "NodeOrder",
+    "SparseLinear",
+    "TunedSparse",
+    "choose_node_order",
+    "mask_matrix",
+    "node_order",
+    "sddmm",
+    "spmm",
+    "spmm_t",
+]

@@ -6,6 +6,11 @@ with D^-1/2 (A + I) D^-1/2 of its symmetrised pattern (a rectangular matrix is t
 bipartite graph). Features are random; labels follow the graph's structure (each node takes
 the class of its nearest of a few random seed nodes), so the model has something to learn
 without any download.
+
+With a node order (``propagation(..., order="rcm")``, cognate backend; cognate.torch.order)
+the adjacency is tuned as P A P^T and the propagation works in the order; ``GCN.forward``
+then moves the (first layer's) features into it once (``to_order``) and the logits back once
+(``from_order``), so the model's outputs, loss and gradients are those of the unordered model.
 """
 
 from __future__ import annotations
@@ -84,14 +89,35 @@ def torch_csr(adjacency: sp.csr_matrix) -> torch.Tensor:
     )
 
 
+class OrderedPropagation:
+    """``h -> (P A P^T) @ h`` on a TunedSparse with a node order: ``h`` and the result are in
+    the order. ``node_order`` tells ``GCN.forward`` to permute the features in and the
+    logits out (once per forward)."""
+
+    def __init__(self, ts: TunedSparse) -> None:
+        self.ts = ts
+        self.node_order = ts.node_order
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return spmm(self.ts, h)
+
+
 def propagation(
-    adjacency: sp.csr_matrix, backend: str, **tune: Any
+    adjacency: sp.csr_matrix, backend: str, order: str | None = None, **tune: Any
 ) -> tuple[Callable[[torch.Tensor], torch.Tensor], TunedSparse | None]:
     """``h -> A @ h`` for ``backend``: "cognate" (a TunedSparse, tuned with ``tune``'s
     options), "torch" (torch.sparse.mm on CSR, plain autograd) or "torch-t" (torch.sparse.mm
-    with A^T built once for the backward). Returns the function and the TunedSparse."""
+    with A^T built once for the backward). Returns the function and the TunedSparse.
+
+    ``order`` (cognate only): a node order of TunedSparse ("rcm", "auto" with verify, ...);
+    the function is then an ``OrderedPropagation`` working in the order (GCN.forward
+    permutes the features in and the logits out)."""
+    if order is not None and backend != "cognate":
+        raise ValueError(f"order is for the cognate backend, not {backend!r}")
     if backend == "cognate":
-        ts = TunedSparse(adjacency, **tune)
+        ts = TunedSparse(adjacency, order=order, **tune)
+        if ts.node_order is not None:
+            return OrderedPropagation(ts), ts
         return (lambda h: spmm(ts, h)), ts
     a = torch_csr(adjacency)
     if backend == "torch":
@@ -104,7 +130,11 @@ def propagation(
 
 class GCN(torch.nn.Module):
     """Kipf and Welling's 2-layer GCN: ``A (relu(A (X W1 + b1)) W2 + b2)``; the dense
-    products come first, so the SpMMs run at the hidden and the class widths."""
+    products come first, so the SpMMs run at the hidden and the class widths. A
+    ``propagate`` with a ``node_order`` (OrderedPropagation) works in that order: the
+    features go in with ``to_order`` (after the first linear layer, which acts row by row and
+    so commutes with the permutation: the hidden width is moved, not the input width) and the
+    logits come out with ``from_order``, once each per forward."""
 
     def __init__(self, features: int, hidden: int, classes: int, seed: int = 0) -> None:
         super().__init__()
@@ -120,5 +150,10 @@ class GCN(torch.nn.Module):
     def forward(
         self, propagate: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor
     ) -> torch.Tensor:
-        hidden = torch.relu(propagate(self.layer1(x)))
-        return propagate(self.layer2(hidden))
+        order = getattr(propagate, "node_order", None)
+        h = self.layer1(x)
+        if order is not None:  # after layer1: hidden columns to move, not the input features
+            h = order.to_order(h)
+        hidden = torch.relu(propagate(h))
+        logits = propagate(self.layer2(hidden))
+        return logits if order is None else order.from_order(logits)

@@ -41,6 +41,7 @@ from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.targets.cpu.tuned import TunedKernel
 from cognate.torch.choices import Choice, TuneOptions, choose
+from cognate.torch.order import NODE_ORDERS, NodeOrder, choose_node_order, node_order
 
 TRANSPOSES = ("reuse", "tune")
 
@@ -114,8 +115,17 @@ class TunedSparse:
     where verified choices are recorded. ``requires_grad``: ``values`` is an
     ``nn.Parameter`` (A's values train). ``transpose``: "reuse" or "tune" (module docstring).
 
-    ``tuning_s`` is the time spent choosing schedules and packing/compiling, ``choices`` what
-    each (op, side, width) runs and where its choice came from.
+    ``order``: None (A as given) or a node order of a square A (cognate.torch.order):
+    "identity", "rcm", "degree", "cluster", or "auto" (needs ``verify=True``: the candidate
+    measured fastest by ``choose_node_order`` at the first of ``widths``). With an order, A is
+    replaced by P A P^T for everything (``ts.matrix``, the tuned kernels, ``ts.values`` and
+    any ``values=`` in P A P^T's canonical CSR order, ``to_torch``; a Matrix's index maps are
+    not carried over); ``ts.node_order`` is the NodeOrder, and the caller keeps its dense
+    operands in the order: ``ts.to_order(X)`` in, ``ts.from_order(Y)`` out (identity functions
+    without an order). ``order_seconds``: "auto"'s medians per candidate (else None).
+
+    ``tuning_s`` is the time spent choosing schedules and packing/compiling (and the node
+    order), ``choices`` what each (op, side, width) runs and where its choice came from.
     """
 
     def __init__(
@@ -131,6 +141,7 @@ class TunedSparse:
         candidates: int | None = None,
         seed: int | None = None,
         threads: int | None = None,
+        order: str | None = None,
     ) -> None:
         if target != "cpu":
             raise CognateError(
@@ -143,6 +154,14 @@ class TunedSparse:
             )
         self.matrix = as_operand_matrix(A)
         self.options = TuneOptions(target, model, verify, store, candidates, seed, threads)
+        self.node_order: NodeOrder | None = None
+        self.order_seconds: dict[str, float] | None = None
+        self.tuning_s = 0.0
+        if order is not None:
+            widths = tuple(widths)
+            start = time.perf_counter()
+            self.matrix = self._ordered(order, widths, verify, threads)
+            self.tuning_s = time.perf_counter() - start
         self.transpose = transpose
         self.shape = self.matrix.shape
         self.nnz = self.matrix.nnz
@@ -158,7 +177,6 @@ class TunedSparse:
         self._transposed: tuple[Matrix, np.ndarray] | None = None
         self._pattern: Matrix | None = None
         self.choices: dict[tuple[str, str, int], Choice] = {}
-        self.tuning_s = 0.0
         self._symmetric = self._check_symmetric()
         from cognate.torch.ops import register
 
@@ -167,6 +185,41 @@ class TunedSparse:
             self.prepare(width, sddmm=requires_grad)
 
     # --- building --------------------------------------------------------------------------
+
+    def _ordered(
+        self, order: str, widths: tuple[int, ...], verify: bool, threads: int | None
+    ) -> Matrix:
+        """P A P^T for ``order`` (sets ``node_order`` and, for "auto", ``order_seconds``)."""
+        if order == "auto":
+            if not verify:
+                raise CognateError(
+                    "order='auto' measures the candidate node orders: it needs verify=True"
+                    " (or name an order: identity, rcm, degree, cluster)"
+                )
+            if not widths:
+                raise CognateError("order='auto' picks at the first of widths: give widths")
+            chosen, self.order_seconds, _ = choose_node_order(
+                self.matrix, widths[0], threads=threads
+            )
+        elif order in NODE_ORDERS:
+            chosen = node_order(self.matrix, order)
+        else:
+            raise CognateError(
+                f"order must be None, auto or one of {', '.join(NODE_ORDERS)}, got"
+                f" {repr(order)[:40]}"
+            )
+        self.node_order = chosen
+        m = self.matrix
+        source = f"{chosen.by} node order of {m.source or m.name}"
+        return Matrix(f"{m.name}@{chosen.by}", chosen.apply(m), source, m.field, m.symmetry)
+
+    def to_order(self, x: Any) -> Any:
+        """``x``'s rows (one per node) in ``node_order`` (``x`` itself without an order)."""
+        return x if self.node_order is None else self.node_order.to_order(x)
+
+    def from_order(self, y: Any) -> Any:
+        """Rows in ``node_order`` back to A's numbering (``y`` itself without an order)."""
+        return y if self.node_order is None else self.node_order.from_order(y)
 
     def _check_symmetric(self) -> tuple[bool, bool]:
         """(pattern symmetric, values symmetric too)."""
