@@ -58,17 +58,7 @@ static inline void dot2(const float *restrict x, const float *restrict y0,
     *d1 = t1;
 }
 
-/* Multiply-adds below which one thread does the whole product (as in spmm_csr.c). */
-static int64_t serial_below(void)
-{
-    static int64_t cached = -1;
-    if (cached < 0) {
-        const char *policy = getenv("OMP_WAIT_POLICY");
-        cached = policy && strcasecmp(policy, "passive") == 0 ? (int64_t)1 << 20
-                                                              : (int64_t)1 << 15;
-    }
-    return cached;
-}
+${serial_below}
 
 void cognate_panel_sddmm(const int64_t *restrict blk_seg, const int32_t *restrict seg_row,
                          const int64_t *restrict seg_ptr, const int32_t *restrict crd,

@@ -109,18 +109,7 @@ static void block(const int64_t *restrict blk_seg, const int32_t *restrict seg_r
         if (!seen[r]) memset(C + (int64_t)row_map[r0 + r] * N, 0, (size_t)N * sizeof(float));
 }
 
-/* Multiply-adds below which one thread does the whole product: the cost of waking a
- * second thread depends on the OpenMP wait policy (read once, as libgomp reads it). */
-static int64_t serial_below(void)
-{
-    static int64_t cached = -1;
-    if (cached < 0) {
-        const char *policy = getenv("OMP_WAIT_POLICY");
-        cached = policy && strcasecmp(policy, "passive") == 0 ? (int64_t)1 << 20
-                                                              : (int64_t)1 << 15;
-    }
-    return cached;
-}
+${serial_below}
 
 void cognate_panel_spmm(const int64_t *restrict blk_seg, const int32_t *restrict seg_row,
                         const int64_t *restrict seg_ptr, const int32_t *restrict crd,

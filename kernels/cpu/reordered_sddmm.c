@@ -57,17 +57,7 @@ static int64_t first_position(const int64_t *restrict weights, const int64_t M, 
     return lo;
 }
 
-/* Multiply-adds below which one thread does the whole product (as spmm_csr.c). */
-static int64_t serial_below(void)
-{
-    static int64_t cached = -1;
-    if (cached < 0) {
-        const char *policy = getenv("OMP_WAIT_POLICY");
-        cached = policy && strcasecmp(policy, "passive") == 0 ? (int64_t)1 << 20
-                                                              : (int64_t)1 << 15;
-    }
-    return cached;
-}
+${serial_below}
 
 /* Run positions [first, last): one pass over all K columns. */
 static void whole(const int64_t first, const int64_t last, const int64_t *restrict indptr,

@@ -92,18 +92,7 @@ static int64_t first_row(const int64_t *restrict pos, const int64_t M, const int
     return lo;
 }
 
-/* Multiply-adds below which one thread does the whole product: the cost of waking a
- * second thread depends on the OpenMP wait policy (read once, as libgomp reads it). */
-static int64_t serial_below(void)
-{
-    static int64_t cached = -1;
-    if (cached < 0) {
-        const char *policy = getenv("OMP_WAIT_POLICY");
-        cached = policy && strcasecmp(policy, "passive") == 0 ? (int64_t)1 << 20
-                                                              : (int64_t)1 << 15;
-    }
-    return cached;
-}
+${serial_below}
 
 void cognate_spmm(const int64_t *restrict pos0, const int32_t *restrict crd0,
                   const int64_t *restrict pos1, const int32_t *restrict crd1,

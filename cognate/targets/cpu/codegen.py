@@ -295,7 +295,11 @@ def generate_source(s: LoopStructure) -> str:
     s = _checked(s)
     if is_plain_csr(s):
         template = Template((kernels_dir() / "cpu" / "spmm_csr.c").read_text())
-        return template.substitute(dense_extent=str(int(s.width)))  # type: ignore[arg-type]
+        serial_below = (kernels_dir() / "cpu" / "serial_below.inc").read_text()
+        return template.substitute(
+            dense_extent=str(int(s.width)),  # type: ignore[arg-type]
+            serial_below=serial_below,
+        )
     template = Template((kernels_dir() / "cpu" / f"{s.op}.c").read_text())
     runtime = "N_arg" if s.op == "spmm" else "K_arg"
     extent = runtime if s.width is None else str(int(s.width))

@@ -116,9 +116,11 @@ def generate_family_source(kernel: FamilyKernel) -> str:
         raise CognateError(f"cpu {kernel.op}: inconsistent {kernel.family} kernel {kernel}")
     text = (kernels_dir() / "cpu" / f"{kernel.family}_{kernel.op}.c").read_text()
     dot_product = (kernels_dir() / "cpu" / "dot_product.inc").read_text()
+    serial_below = (kernels_dir() / "cpu" / "serial_below.inc").read_text()
     return Template(text).substitute(
-        dict(kernel.params), width=kernel.width, dot_product=dot_product
-    )
+        dict(kernel.params), width=kernel.width, dot_product=dot_product,
+        serial_below=serial_below,
+    )  # fmt: skip
 
 
 @lru_cache(maxsize=256)
