@@ -20,7 +20,8 @@
  * MIN_TASK, because on matrices of many short rows a claim per 32 rows cost more than the
  * rows (arrow: 2 threads slower than 1).
  * Products too small to pay for waking a second thread run on the calling thread alone
- * (under passive OpenMP waits a wake costs ~30 us here, more than a small SpMM).
+ * (under passive OpenMP waits a wake costs ~30 us here, more than a small SpMM), and so do
+ * products whose rows make one task.
  */
 #pragma GCC optimize("fp-contract=fast")
 #include <stdint.h>
@@ -105,13 +106,14 @@ void cognate_spmm(const int64_t *restrict pos0, const int32_t *restrict crd0,
     (void)pos0; (void)crd0; (void)pos1; (void)crd1; (void)pos3; (void)crd3;
     (void)K; (void)N_arg; (void)isplit; (void)ksplit; (void)jsplit;
     const int64_t nnz = pos2[M];
-    const int parallel = nnz * N >= serial_below();
     /* Dynamic tasks of consecutive rows balanced by weight (nonzeros + rows): `chunk` average
      * rows, at least MIN_TASK, so a claim stays cheap beside the work it hands out. */
     const int64_t weight = nnz + M;
     int64_t task = chunk * (weight / (M > 0 ? M : 1));
     if (task < MIN_TASK) task = MIN_TASK;
     const int64_t tasks = (weight + task - 1) / task;
+    /* One task: a second thread would only be woken to find nothing to do. */
+    const int parallel = nnz * N >= serial_below() && tasks > 1;
     #pragma omp parallel for schedule(dynamic, 1) if (parallel)
     for (int64_t t = 0; t < tasks; t++) {
         const int64_t hi = first_row(pos2, M, (t + 1) * task);
