@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from cases import permuted
 
 from cognate.build import compile_c
 from cognate.config import Config
@@ -80,15 +81,6 @@ def block_mask(rows: int, cols: int, block: int, density: float, seed: int = 0) 
     keep = rng.random((-(-rows // block), -(-cols // block))) < density
     dense = np.kron(keep, np.ones((block, block)))[:rows, :cols] * rng.uniform(-1, 1, (rows, cols))
     return canonicalize(sp.csr_matrix(dense))
-
-
-def permuted(s: sp.csr_matrix, name: str, seed: int = 1) -> Matrix:
-    """A with A[row_perm[i], col_perm[j]] = S[i, j], carrying the maps."""
-    rng = np.random.default_rng(seed)
-    row_perm, col_perm = rng.permutation(s.shape[0]), rng.permutation(s.shape[1])
-    coo = s.tocoo()
-    a = sp.csr_matrix((coo.data, (row_perm[coo.row], col_perm[coo.col])), shape=s.shape)
-    return Matrix(name, canonicalize(a), row_perm=row_perm, col_perm=col_perm)
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from cases import permuted
 
 from cognate.config import Config
 from cognate.errors import CognateError
@@ -37,15 +38,6 @@ def random_csr(rows: int, cols: int, density: float, seed: int) -> sp.csr_matrix
     a = sp.random(rows, cols, density=density, format="csr", random_state=rng)
     a.data = rng.uniform(-1.0, 1.0, a.nnz)
     return canonicalize(a)
-
-
-def permuted(s: sp.csr_matrix, name: str, seed: int = 1) -> Matrix:
-    """A with A[row_perm[i], col_perm[j]] = S[i, j], carrying the maps."""
-    rng = np.random.default_rng(seed)
-    row_perm, col_perm = rng.permutation(s.shape[0]), rng.permutation(s.shape[1])
-    coo = s.tocoo()
-    a = sp.csr_matrix((coo.data, (row_perm[coo.row], col_perm[coo.col])), shape=s.shape)
-    return Matrix(name, canonicalize(a), row_perm=row_perm, col_perm=col_perm)
 
 
 def holey() -> sp.csr_matrix:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from cases import permuted
 
 from cognate.errors import CognateError
 from cognate.io import load_matrix
@@ -51,15 +52,6 @@ def random_csr(
         keep = (rng.random(rows) >= empty_rows).astype(float)
         a = sp.diags(keep) @ a
     return canonicalize(a)
-
-
-def permuted(s: sp.csr_matrix, name: str, seed: int = 1) -> Matrix:
-    """A with A[row_perm[i], col_perm[j]] = S[i, j], carrying the maps."""
-    rng = np.random.default_rng(seed)
-    row_perm, col_perm = rng.permutation(s.shape[0]), rng.permutation(s.shape[1])
-    coo = s.tocoo()
-    a = sp.csr_matrix((coo.data, (row_perm[coo.row], col_perm[coo.col])), shape=s.shape)
-    return Matrix(name, canonicalize(a), row_perm=row_perm, col_perm=col_perm)
 
 
 def values_of(op: str, result) -> np.ndarray:
