@@ -54,6 +54,7 @@ from cognate.lifetime import (
     kill_all,
     prepare_process_pool,
     start_reaper,
+    stop_signals_blocked,
     stop_signals_deferred,
     stop_signals_raise,
 )
@@ -539,7 +540,8 @@ def _run_pool(
             for chunk in _chunks(plan.todo, batch):
                 while len(inflight) >= 2 * jobs:  # bounded: the driver's memory stays small
                     pool = _drain(coll, inflight, pool, runner_options, jobs)
-                future = pool.submit(_pool_measure, plan.matrix, coll.op, coll.width, chunk)
+                with stop_signals_blocked():  # a worker spawned here starts deaf to them
+                    future = pool.submit(_pool_measure, plan.matrix, coll.op, coll.width, chunk)
                 inflight[future] = (plan, chunk)
                 plan.pending += 1
             plan.submitted = True

@@ -121,6 +121,22 @@ def stop_signals_deferred() -> Iterator[None]:
         raise Stopped(caught[0])
 
 
+@contextmanager
+def stop_signals_blocked() -> Iterator[None]:
+    """Block stop signals (pthread_sigmask) in this thread; they are delivered when the block
+    ends, none is lost. A process started meanwhile inherits the block across exec, so a
+    group signal cannot interrupt a pool worker while it is still importing (before its
+    initializer ignores stop signals); the initializer's SIG_IGN then discards it there."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 # --- process pools: multiprocessing's semaphores and resource tracker -------------------------
 #
 # A spawn-context pool names its semaphores in /dev/shm (sem.mp-<random>) and starts

@@ -311,3 +311,25 @@ def test_only_dead_owners_semaphores_are_removed(tmp_path: Path) -> None:
         path.write_bytes(b"")
     assert sorted(clean_stale_semaphores(tmp_path)) == sorted([reused, dead])
     assert mine.exists() and foreign.exists()
+
+
+def test_a_pool_worker_spawned_with_stop_signals_blocked_survives_an_early_sigint(capfd) -> None:
+    """A SIGINT that reaches a spawn-pool worker while it is still starting (before its
+    initializer ignores stop signals) stays pending and is discarded by the initializer's
+    SIG_IGN: the task runs, no traceback. Without the block the worker dies or raises
+    KeyboardInterrupt in its bootstrap and the pool breaks."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    from cognate.lifetime import stop_signals_blocked
+
+    ctx = multiprocessing.get_context("spawn")
+    ignore = (signal.SIGINT, signal.SIG_IGN)
+    with ProcessPoolExecutor(1, mp_context=ctx, initializer=signal.signal, initargs=ignore) as pool:
+        with stop_signals_blocked():
+            future = pool.submit(os.getpid)
+        (pid,) = list(pool._processes)
+        os.kill(pid, signal.SIGINT)  # it is still importing: Python's start takes >= 20 ms
+        assert future.result(timeout=120) == pid
+    assert "KeyboardInterrupt" not in capfd.readouterr().err
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == set()  # our own mask is restored
