@@ -588,8 +588,8 @@ def _drain(
         except Exception as exc:  # noqa: BLE001 - one matrix's failure, reported by name
             broken |= isinstance(exc, BrokenProcessPool)
             if broken and not rebuild:
-                # Stopping: a group signal also reaches a worker still starting (before its
-                # initializer ignores signals). Its matrix stays unfinished for the resume.
+                # Stopping and a worker died (workers are spawned with stop signals blocked,
+                # so not from the group signal): its matrix stays unfinished for the resume.
                 continue
             coll.fail(plan.path, f"worker failed: {describe(exc)}", plan)
         else:
