@@ -158,18 +158,18 @@ def kept_calls(
     numbering (B[order]) and C left in it: what a caller pays per call when it keeps its
     operands in the schedule's order across calls (a GNN's features through every layer).
     Not a schedule of the space (the caller's data layout changes): reported apart."""
-    from cognate.targets.cpu.families import view_of
-    from cognate.targets.cpu.orders import ORDERS, row_order
+    from cognate.targets.cpu.orders import ORDERS
+    from cognate.torch.order import node_order
 
     ref, tol = checked
     knobs = dict(make_space("spmm").baseline(matrix.shape).knobs)
     lib = str(build_kernel("spmm", knobs, width))
-    view = view_of(matrix)
     for by in ORDERS:
         start = time.perf_counter()
-        order = np.asarray(row_order(view, by), dtype=np.int64)
-        permuted = Matrix(f"{matrix.name}-{by}", matrix.csr[order][:, order].tocsr())
-        b = np.ascontiguousarray(operands[0][order])
+        nodes = node_order(matrix.csr, by)  # what TunedSparse(order=by) runs
+        order = nodes.perm.numpy()
+        permuted = Matrix(f"{matrix.name}-{by}", nodes.apply(matrix.csr))
+        b = np.ascontiguousarray(nodes.to_order(operands[0]))
         packed = pack(permuted, "spmm", knobs, width=width)
         inspect_s = time.perf_counter() - start
         call = make_call(lib, packed, knobs, (b,))
@@ -186,8 +186,7 @@ def shared_buffers(call, shared: dict[str, np.ndarray]) -> ArgvCall:
     """The checked call through its argument vector, writing into one output buffer shared by
     every config of the matrix (and the reordered family's gather scratch shared likewise):
     30 configs' own M x N outputs would not fit in memory on 1M-nnz graphs at N = 512."""
-    fast = ArgvCall(call._fn, call._args, call._pointers)
-    fast.keep = call
+    fast = call.argv_call()
     out = shared.setdefault("out", call.out)
     if call.out is not out and call.out.shape == out.shape:
         fast.set_pointer(call._pointers - 1, out.ctypes.data)

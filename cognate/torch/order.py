@@ -3,8 +3,9 @@
 The plain CSR SpMM reads B's rows at A's column indices; on a graph in an arbitrary node
 numbering those reads scatter over all of B. Renumbering the nodes (A replaced by P A P^T,
 B and C kept in the new numbering by the caller) puts rows that share neighbours next to each
-other. A GNN can keep its node features in one numbering through every layer, so the two
-permutations (features in, predictions out) are paid once per forward, not per product.
+other. A GNN can keep its node features (and labels) in one numbering for the whole training,
+so the permutation is paid once, not per product (permuting on every forward costs more than
+the order saves: docs/benchmarks.md, "GNN training").
 Measured by ``scripts/bench_locality.py`` (``kept``, docs/benchmarks.md): RCM won 1.3-1.8x on
 generated road / power-law graphs and lost (0.65-0.74x) on FEM / LP matrices already in a
 banded order, so which order wins depends on the matrix: ``choose_node_order`` measures.

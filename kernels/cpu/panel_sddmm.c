@@ -58,7 +58,7 @@ static inline void dot2(const float *restrict x, const float *restrict y0,
     *d1 = t1;
 }
 
-${serial_below}
+${tasks}
 
 void cognate_panel_sddmm(const int64_t *restrict blk_seg, const int32_t *restrict seg_row,
                          const int64_t *restrict seg_ptr, const int32_t *restrict crd,

@@ -109,7 +109,7 @@ static void block(const int64_t *restrict blk_seg, const int32_t *restrict seg_r
         if (!seen[r]) memset(C + (int64_t)row_map[r0 + r] * N, 0, (size_t)N * sizeof(float));
 }
 
-${serial_below}
+${tasks}
 
 void cognate_panel_spmm(const int64_t *restrict blk_seg, const int32_t *restrict seg_row,
                         const int64_t *restrict seg_ptr, const int32_t *restrict crd,

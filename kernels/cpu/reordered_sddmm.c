@@ -26,7 +26,6 @@
 
 typedef float vf __attribute__((vector_size(32), aligned(4)));
 static const int64_t K = ${width};
-enum { MIN_TASK = 4096 };  /* least task weight (entries + rows) */
 
 ${dot_product}
 
@@ -46,18 +45,7 @@ static inline float dot_n(const float *restrict x, const float *restrict y, cons
     return total;
 }
 
-/* The first run position t in [0, M] with weights[t] >= w. */
-static int64_t first_position(const int64_t *restrict weights, const int64_t M, const int64_t w)
-{
-    int64_t lo = 0, hi = M;
-    while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (weights[mid] >= w) hi = mid; else lo = mid + 1;
-    }
-    return lo;
-}
-
-${serial_below}
+${tasks}
 
 /* Run positions [first, last): one pass over all K columns. */
 static void whole(const int64_t first, const int64_t last, const int64_t *restrict indptr,
@@ -106,8 +94,7 @@ void cognate_reordered_sddmm(const int64_t *restrict indptr, const int32_t *rest
     const int parallel = (nnz + copied) * K >= serial_below();
     const float *Ys = symmetric ? scratch : Y;  /* not restrict: it may alias scratch */
     const int64_t weight = weights[M];
-    int64_t task = chunk * (weight / (M > 0 ? M : 1));
-    if (task < MIN_TASK) task = MIN_TASK;
+    const int64_t task = task_weight(chunk, weight, M);
     const int64_t tasks = (weight + task - 1) / task;
     #pragma omp parallel if (parallel)
     {

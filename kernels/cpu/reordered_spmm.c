@@ -31,7 +31,6 @@
 
 typedef float vf __attribute__((vector_size(32), aligned(4)));
 static const int64_t N = ${width};
-enum { MIN_TASK = 4096 };  /* least task weight (entries + rows), as spmm_csr.c */
 
 /* Columns [j, j + 8 * nv) of one row (entries [lo, hi)) times Bs, summed in registers. */
 static inline __attribute__((always_inline)) void tile(
@@ -84,18 +83,7 @@ static void row(const int64_t lo, const int64_t hi, const int32_t *restrict col,
     if (j < end) edge(lo, hi, col, val, Bs, c, j, end);
 }
 
-/* The first run position t in [0, M] with weights[t] >= w. */
-static int64_t first_position(const int64_t *restrict weights, const int64_t M, const int64_t w)
-{
-    int64_t lo = 0, hi = M;
-    while (lo < hi) {
-        const int64_t mid = lo + (hi - lo) / 2;
-        if (weights[mid] >= w) hi = mid; else lo = mid + 1;
-    }
-    return lo;
-}
-
-${serial_below}
+${tasks}
 
 void cognate_reordered_spmm(const int64_t *restrict indptr, const int32_t *restrict rows,
                             const int64_t *restrict weights, const int32_t *restrict crd,
@@ -111,8 +99,7 @@ void cognate_reordered_spmm(const int64_t *restrict indptr, const int32_t *restr
     const int parallel = (nnz + copied) * N >= serial_below();
     const float *Bs = symmetric ? scratch : B;  /* not restrict: it may alias scratch */
     const int64_t weight = weights[M];
-    int64_t task = chunk * (weight / (M > 0 ? M : 1));
-    if (task < MIN_TASK) task = MIN_TASK;
+    const int64_t task = task_weight(chunk, weight, M);
     const int64_t tasks = (weight + task - 1) / task;
     #pragma omp parallel if (parallel)
     {

@@ -30,7 +30,6 @@
 
 typedef float vf __attribute__((vector_size(32), aligned(4)));
 static const int64_t N = ${dense_extent};
-enum { MIN_TASK = 4096 };  /* least task weight (nonzeros + rows) */
 
 /* Columns [j, j + 8 * nv) of row [lo, hi) of A times B, summed in registers, stored to c. */
 static inline __attribute__((always_inline)) void tile(
@@ -93,7 +92,7 @@ static int64_t first_row(const int64_t *restrict pos, const int64_t M, const int
     return lo;
 }
 
-${serial_below}
+${tasks}
 
 void cognate_spmm(const int64_t *restrict pos0, const int32_t *restrict crd0,
                   const int64_t *restrict pos1, const int32_t *restrict crd1,
@@ -109,8 +108,7 @@ void cognate_spmm(const int64_t *restrict pos0, const int32_t *restrict crd0,
     /* Dynamic tasks of consecutive rows balanced by weight (nonzeros + rows): `chunk` average
      * rows, at least MIN_TASK, so a claim stays cheap beside the work it hands out. */
     const int64_t weight = nnz + M;
-    int64_t task = chunk * (weight / (M > 0 ? M : 1));
-    if (task < MIN_TASK) task = MIN_TASK;
+    const int64_t task = task_weight(chunk, weight, M);
     const int64_t tasks = (weight + task - 1) / task;
     /* One task: a second thread would only be woken to find nothing to do. */
     const int parallel = nnz * N >= serial_below() && tasks > 1;

@@ -290,15 +290,19 @@ def is_plain_csr(s: LoopStructure) -> bool:
     )
 
 
+def include(name: str) -> str:
+    """The text of kernels/cpu/<name>.inc (shared C the templates paste in at ``${name}``)."""
+    return (kernels_dir() / "cpu" / f"{name}.inc").read_text()
+
+
 def generate_source(s: LoopStructure) -> str:
     """Full C source of the kernel for ``s``."""
     s = _checked(s)
     if is_plain_csr(s):
         template = Template((kernels_dir() / "cpu" / "spmm_csr.c").read_text())
-        serial_below = (kernels_dir() / "cpu" / "serial_below.inc").read_text()
         return template.substitute(
             dense_extent=str(int(s.width)),  # type: ignore[arg-type]
-            serial_below=serial_below,
+            tasks=include("tasks"),
         )
     template = Template((kernels_dir() / "cpu" / f"{s.op}.c").read_text())
     runtime = "N_arg" if s.op == "spmm" else "K_arg"

@@ -17,6 +17,7 @@ import ctypes
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from importlib import import_module
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -27,7 +28,7 @@ import scipy.sparse as sp
 from cognate.build import compile_c, load_library
 from cognate.errors import CognateError
 from cognate.paths import kernels_dir
-from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH
+from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH, include
 from cognate.targets.cpu.kernel import BoundKernel, KernelCall, check_operands, runtime_knob
 from cognate.targets.cpu.structured import StructuredView, structured_view
 
@@ -93,15 +94,19 @@ def kernel_of(op: str, knobs: Mapping[str, Any], width: int, runtime: bool = Tru
             raise CognateError(f"cpu {op} {family}: {name} must be one of {values}")
         params.append((name, int(value)))
     runtime_knob(knobs, "chunk")
-    if runtime and family == "reordered":
-        from cognate.targets.cpu.reordered import check_knobs
-
-        check_knobs(knobs)
-    if runtime and family == "panel":
-        from cognate.targets.cpu.panel import check_knobs as check_panel_knobs
-
-        check_panel_knobs(knobs)
+    check_own = getattr(family_module(family), "check_knobs", None) if runtime else None
+    if check_own is not None:  # a family's runtime knobs of its own (reordered, panel)
+        check_own(knobs)
     return FamilyKernel(family, op, tuple(params), width)
+
+
+def family_module(family: str) -> Any:
+    """The packing module of a non-CSR family (cognate/targets/cpu/<family>.py): its ``pack``
+    and, where the family has runtime knobs of its own, their ``check_knobs``. Imported on
+    use: those modules import this one. ``family`` is one of FAMILIES (family_of checked)."""
+    if family not in FAMILIES or family == CSR:
+        raise CognateError(f"cpu: no packing module for family {family!r}")
+    return import_module(f"cognate.targets.cpu.{family}")
 
 
 def generate_family_source(kernel: FamilyKernel) -> str:
@@ -115,11 +120,9 @@ def generate_family_source(kernel: FamilyKernel) -> str:
     if checked != kernel:
         raise CognateError(f"cpu {kernel.op}: inconsistent {kernel.family} kernel {kernel}")
     text = (kernels_dir() / "cpu" / f"{kernel.family}_{kernel.op}.c").read_text()
-    dot_product = (kernels_dir() / "cpu" / "dot_product.inc").read_text()
-    serial_below = (kernels_dir() / "cpu" / "serial_below.inc").read_text()
     return Template(text).substitute(
-        dict(kernel.params), width=kernel.width, dot_product=dot_product,
-        serial_below=serial_below,
+        dict(kernel.params), width=kernel.width, dot_product=include("dot_product"),
+        tasks=include("tasks"),
     )  # fmt: skip
 
 
@@ -166,11 +169,8 @@ def pack_family(
 ) -> FamilyPacked:
     """Pack a Matrix / CSR / StructuredView for a DIA or BCSR config (TooLarge if over the
     size limit, decided before the packed arrays are allocated)."""
-    from cognate.targets.cpu import bcsr, dia, panel, reordered
-
     kernel = kernel_of(op, knobs, width)
-    module = {"dia": dia, "bcsr": bcsr, "reordered": reordered, "panel": panel}[kernel.family]
-    return module.pack(view_of(source), kernel, knobs, max_entries)
+    return family_module(kernel.family).pack(view_of(source), kernel, knobs, max_entries)
 
 
 class FamilyCall(BoundKernel):

@@ -145,7 +145,7 @@ def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[st
             outcome["configs"][key] = {"status": "timeout", "error": why}
             continue
         outcome["configs"][key] = {"status": "ok"}
-        calls[key] = _user_call(call)
+        calls[key] = call.argv_call()  # as TunedKernel calls it for the user
     if job.get("library", True):
         found, missing = library_calls(matrix.csr, op, operands, job.get("threads"))
         outcome["library_missing"] = missing
@@ -158,16 +158,6 @@ def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[st
             outcome["library"][lib.name] = {"inspect_s": lib.inspect_s}
             calls[f"lib:{lib.name}"] = lib.run
     return calls, outcome
-
-
-def _user_call(call: Any) -> Callable[[], None]:
-    """The bound kernel called as ``TunedKernel`` calls it for the user: through its argument
-    vector (cognate/targets/cpu/fastcall.py), not ctypes' per-call argument conversion."""
-    from cognate.targets.cpu.fastcall import ArgvCall
-
-    fast = ArgvCall(call._fn, call._args, call._pointers)
-    fast.keep = call  # the bound kernel owns the arrays whose addresses the vector holds
-    return fast
 
 
 def save_job_matrix(matrix: Any, path: Path) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping
+from numbers import Integral
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import scipy.sparse as sp
 from cognate.build import load_library
 from cognate.errors import CognateError
 from cognate.targets.cpu.codegen import OP_LOOPS
+from cognate.targets.cpu.fastcall import ArgvCall
 from cognate.targets.cpu.pack import PackedA
 
 # float32 unit roundoff: a sum of n products is exact to about n * u * sum(|terms|).
@@ -29,6 +31,15 @@ def runtime_knob(knobs: Mapping[str, Any], name: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MAX_RUNTIME_KNOB:
         raise CognateError(f"cpu config: {name} must be an integer in 1..{MAX_RUNTIME_KNOB}")
     return value
+
+
+def choice_knob(knobs: Mapping[str, Any], name: str, values: tuple[int, ...], where: str) -> int:
+    """An integer knob that must be one of ``values`` (a one-line CognateError otherwise)."""
+    value = knobs.get(name)
+    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) not in values:
+        legal = ", ".join(map(str, values))
+        raise CognateError(f"{where}: {name} must be one of {legal}, got {name}={repr(value)[:40]}")
+    return int(value)
 
 
 def dense_operands(
@@ -107,6 +118,13 @@ class BoundKernel:
             args[first + index] = array.ctypes.data
         args[self._pointers - 1] = out.ctypes.data
         self._fn(*args)
+
+    def argv_call(self) -> ArgvCall:
+        """This kernel called through one argument vector (fastcall.py), as the user path and
+        tune --verify call it; the result keeps this bound kernel (its arrays) alive."""
+        fast = ArgvCall(self._fn, self._args, self._pointers)
+        fast.keep = self
+        return fast
 
     def result(self) -> np.ndarray:
         """SpMM: C (M x width); SDDMM: the output values in A's CSR order."""

@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from cognate.errors import CognateError
 from cognate.targets.cpu.families import FamilyKernel, FamilyPacked, index_maps
+from cognate.targets.cpu.kernel import choice_knob
 from cognate.targets.cpu.pack import TooLarge, size_limit
 from cognate.targets.cpu.structured import StructuredView
 
@@ -56,13 +56,8 @@ RBLOCKS: tuple[int, ...] = (32, 128, 512)  # MAX_RBLOCK in panel_spmm.c is the l
 
 def check_knobs(knobs: Mapping[str, Any]) -> tuple[int, int]:
     """(pcols, rblock) of a panel config, checked against their legal values (one line)."""
-    found = []
-    for name, values in (("pcols", PCOLS), ("rblock", RBLOCKS)):
-        value = knobs.get(name)
-        if isinstance(value, bool) or not isinstance(value, int) or value not in values:
-            raise CognateError(f"cpu panel: {name} must be one of {values}, got {value!r}")
-        found.append(int(value))
-    return found[0], found[1]
+    pcols = choice_knob(knobs, "pcols", PCOLS, "cpu panel")
+    return pcols, choice_knob(knobs, "rblock", RBLOCKS, "cpu panel")
 
 
 def _check(size: int, limit: int, what: str) -> None:

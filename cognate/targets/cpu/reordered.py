@@ -37,35 +37,28 @@ Integers: M, K (A's rows, columns), strip, symmetric (then FamilyCall appends ch
 from __future__ import annotations
 
 from collections.abc import Mapping
-from numbers import Integral
 from typing import Any
 
 import numpy as np
 
 from cognate.errors import CognateError
 from cognate.targets.cpu.families import FamilyKernel, FamilyPacked
+from cognate.targets.cpu.kernel import choice_knob
 from cognate.targets.cpu.orders import check_by, row_order
 from cognate.targets.cpu.pack import TooLarge, size_limit
 from cognate.targets.cpu.structured import StructuredView
 
 STRIPS: tuple[int, ...] = (32, 128, 1024)
 SYMMETRIC: tuple[int, ...] = (0, 1)
-
-
-def _choice(knobs: Mapping[str, Any], name: str, values: tuple[int, ...]) -> int:
-    value = knobs.get(name)
-    if isinstance(value, bool) or not isinstance(value, Integral) or int(value) not in values:
-        raise CognateError(
-            f"cpu reordered: {name}={repr(value)[:40]} is not one of {', '.join(map(str, values))}"
-        )
-    return int(value)
+WHERE = "cpu reordered"
 
 
 def check_knobs(knobs: Mapping[str, Any]) -> tuple[str, int, int]:
     """(by, symmetric, strip) of a reordered config, each checked (one-line CognateError);
     ``chunk`` is checked by families.kernel_of."""
     by = check_by(knobs.get("by"))
-    return by, _choice(knobs, "symmetric", SYMMETRIC), _choice(knobs, "strip", STRIPS)
+    symmetric = choice_knob(knobs, "symmetric", SYMMETRIC, WHERE)
+    return by, symmetric, choice_knob(knobs, "strip", STRIPS, WHERE)
 
 
 def pack(

@@ -17,7 +17,6 @@ import scipy.sparse as sp
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
-from cognate.targets.cpu.fastcall import ArgvCall
 from cognate.targets.cpu.kernel import BoundKernel, check_operands
 
 _F32 = np.dtype(np.float32)
@@ -76,10 +75,10 @@ class TunedKernel:
     tensor) whose values are ``out`` (A.nnz float32, in A's CSR order) when given.
     Not thread-safe: the SDDMM slot buffer of a padded layout is shared between calls.
 
-    A call costs well under a microsecond of Python around the kernel: the kernel's arguments
-    live in one vector (``fastcall.ArgvCall``: converting 19 ctypes arguments per call cost
-    ~1.1 us, reading addresses through ``ndarray.ctypes`` 3-5 us), and only the operands'
-    and output's addresses change in it, when the caller passes other arrays than last time.
+    A call costs about 2 us of Python around the kernel (scripts/bench_call_overhead.py): its
+    arguments live in one vector (``fastcall.ArgvCall``; converting 19 ctypes arguments per
+    call cost ~1.1 us, reading addresses through ``ndarray.ctypes`` 3-5 us), and only the
+    operands' and output's addresses change in it, when the caller passes other arrays.
     """
 
     def __init__(self, matrix: Matrix, op: str, config: Config, operands: tuple[Any, ...]) -> None:
@@ -101,7 +100,7 @@ class TunedKernel:
         csr = matrix.csr
         self._indptr, self._indices = _read_only(csr.indptr), _read_only(csr.indices)
         self._torch_index: tuple[Any, Any] | None = None
-        self._argv = ArgvCall(self.call._fn, self.call._args, self.call._pointers)
+        self._argv = self.call.argv_call()
         # The arrays whose addresses the argument vector holds (kept alive by this reference).
         self._bound: tuple[Any, ...] | None = None
         self._torch_last: tuple[Any, ...] | None = None  # SpMM's last tensors and addresses

@@ -80,9 +80,9 @@ def _thread_env(threads: int | None) -> dict[str, str]:
     return env
 
 
-def wait_policy(environ: dict[str, str] | None = None) -> str:
-    """The OpenMP wait policy a process started with ``environ`` runs under, in words."""
-    value = (environ if environ is not None else os.environ).get("OMP_WAIT_POLICY", "")
+def wait_policy() -> str:
+    """The OpenMP wait policy this process runs under, in words."""
+    value = os.environ.get("OMP_WAIT_POLICY", "")
     return value.lower() if value.lower() in ("active", "passive") else "default"
 
 
