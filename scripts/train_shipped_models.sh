@@ -93,7 +93,10 @@ command = [db if arg == snap else arg for arg in command]  # name the store, not
 meta = read_metadata(model)
 with Store(snap) as store:
     frame = store.frame(target=meta["target"], op=meta["op"], status="ok")
-frame = frame[frame["space_version"] == meta["space"]["version"]]
+from cognate.targets import get_target
+space = get_target(meta["target"]).space(meta["op"])
+assert space.version == meta["space"]["version"], "the space changed since training"
+frame = frame[frame["space_version"].map(space.accepts_version)]  # as training reads them
 if meta.get("max_nnz"):  # pretrain --max-nnz: the larger matrices are not the model's data
     frame = frame[frame["nnz"] <= meta["max_nnz"]]
 

@@ -288,3 +288,43 @@ def test_locality_fixed_config_is_chosen_without_the_matrix_it_scores() -> None:
     # row 0 chosen on rows 1, 2: a = geomean(2, 0.5) = 1, b = geomean(1.11, 4) > 1 -> b
     assert picks == ["b", "b", "a"]
     assert fixed == pytest.approx([1 / 0.9, 1 / 0.9, 0.5])
+
+
+def test_report_families_counts_winners_and_a_leave_one_out_fixed_config(capsys) -> None:
+    """report_families: per width, the oracle over the baseline, the family of each matrix's
+    fastest config, and a fixed config chosen on the other matrices only."""
+    import json
+
+    import pandas as pd
+
+    spec = importlib.util.spec_from_file_location("families", SCRIPTS / "report_families.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    base = json.dumps({"isplit": 1})
+    panel = json.dumps({"family": "panel", "pcols": 1024})
+    rcm = json.dumps({"family": "reordered", "by": "rcm"})
+    times = {"a": (1.0, 0.5, 0.8), "b": (1.0, 0.8, 0.5), "c": (1.0, 0.5, 2.0)}  # base panel rcm
+    rows = [
+        {
+            "matrix": m,
+            "width": 128,
+            "host": "h",
+            "config": cfg,
+            "config_hash": cfg,
+            "runtime_s": t,
+            "is_baseline": cfg == base,
+        }  # fmt: skip
+        for m, ts in times.items()
+        for cfg, t in zip((base, panel, rcm), ts, strict=True)
+    ]
+    module.report(pd.DataFrame(rows), ["reordered", "panel"], min_matrices=3)
+    out = capsys.readouterr().out.splitlines()
+    # oracle 2x on every matrix; leave-one-out: a -> panel (b, c favour it), b -> panel
+    # (a, c: 2 * 1.25 > 1.25 * 0.5), c -> panel: fixed speedups 2, 1.25, 2
+    fixed = (2 * 1.25 * 2) ** (1 / 3)
+    assert out[0] == (
+        f"N=128 host h: 3 matrices; oracle/baseline 2.000x; leave-one-out fixed/baseline"
+        f" {fixed:.3f}x; oracle/fixed {2 / fixed:.3f}x"
+    )
+    assert out[2].split()[:4] == ["panel", "fastest", "on", "2;"]
+    assert out[3].split()[:4] == ["reordered", "fastest", "on", "1;"]

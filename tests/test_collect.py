@@ -656,7 +656,7 @@ def test_configs_n_is_exact_and_spread_over_families(shared: Path) -> None:
         baseline, configs = choose_configs(space, matrix, n, False, seed=0)
         assert configs[0] == baseline and len({c.hash for c in configs}) == n + 1
     families = {c.knobs.get("family", "csr") for c in configs}
-    assert len(families) == 3  # csr, dia and bcsr all present in 20
+    assert families == {"csr", "dia", "bcsr", "reordered", "panel"}  # all present in 20
 
 
 def test_quiet_machine_protocol(

@@ -125,12 +125,12 @@ def test_old_versions_are_accepted_as_the_csr_family(op: str) -> None:
     assert spade.accepts_version(spade.version) and not spade.accepts_version(OLD[op]["version"])
 
 
-@pytest.mark.parametrize(("op", "count"), [("spmm", 50), ("sddmm", 34)])
+@pytest.mark.parametrize(("op", "count"), [("spmm", 75), ("sddmm", 54)])
 def test_sample_appends_every_family_value(op: str, count: int) -> None:
     space = make_space(op)
-    family = space.sample(0, 0, (4096, 4096))
+    family = space.sample(0, 0, (65536, 65536))  # wide enough for every panel width
     assert len(family) == count == len({c.hash for c in family})
-    assert {c["family"] for c in family} == {"dia", "bcsr"}
+    assert {c["family"] for c in family} == {"dia", "bcsr", "reordered", "panel"}
     assert all(space.validate(c.knobs) == c for c in family)
     for name, spec in space._spec.families.items():  # every legal value occurs somewhere
         for knob, values in spec.knobs.items():
@@ -138,12 +138,51 @@ def test_sample_appends_every_family_value(op: str, count: int) -> None:
             assert seen == set(values), (name, knob)
     small = space.sample(0, 0, (6, 3))  # blocks and tiles beyond the shape are left out
     assert all(c.knobs.get("bcols", 1) <= 4 and c.knobs.get("brows", 1) <= 8 for c in small)
-    candidates = space.candidates(10, 0, (4096, 4096))
+    candidates = space.candidates(10, 0, (65536, 65536))
     assert set(family) <= set(candidates) and len(candidates) > 10 + count
 
 
+def test_locality_families_fit_the_shape() -> None:
+    """Panels and row blocks wider than the matrix are left out, except the smallest (one
+    panel: the family's plain form); a symmetric renumbering needs a square matrix."""
+    space = make_space("spmm")
+    small = [c for c in space.sample(0, 0, (100, 300)) if c["family"] in ("reordered", "panel")]
+    assert {c["pcols"] for c in small if c["family"] == "panel"} == {1024}
+    assert {c["rblock"] for c in small if c["family"] == "panel"} == {32, 128}
+    assert {c["symmetric"] for c in small if c["family"] == "reordered"} == {0}
+    knobs = {"family": "reordered", "by": "rcm", "symmetric": 1, "strip": 128, "chunk": 32}
+    with pytest.raises(CognateError, match="100 x 300 is not square"):
+        space.check_shape(space.validate(knobs), (100, 300))
+    knobs = {"family": "panel", "pcols": 4096, "rblock": 32, "chunk": 1}
+    with pytest.raises(CognateError, match="pcols=4096 exceeds 1024"):
+        space.check_shape(space.validate(knobs), (100, 300))
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_locality_families_have_distinct_features_and_a_loop_nest(op: str) -> None:
+    space = make_space(op)
+    configs = [
+        c for c in space.sample(0, 0, (65536, 65536)) if c["family"] in ("reordered", "panel")
+    ]
+    rows = {tuple(space.knob_features(c).tolist()) for c in configs}
+    assert len(rows) == len(configs)  # the row order (a name) is one-hot, not lost
+    panel = next(c for c in configs if c["family"] == "panel" and c["pcols"] == 4096)
+    nest = space.loop_nest(panel, (65536, 65536), 128)
+    assert nest.i_split == panel["rblock"] and 4096 in (nest.k_split, nest.j_split)
+    assert "column panels: 4096 columns" in space.describe(panel)
+
+
 BAD_FAMILY = [
-    ({"family": "ell", "chunk": 4}, "family='ell' is not one of csr, dia, bcsr"),
+    ({"family": "ell", "chunk": 4}, "family='ell' is not one of csr, dia, bcsr, reordered, panel"),
+    (
+        {"family": "reordered", "by": "metis", "symmetric": 0, "strip": 128, "chunk": 32},
+        "reordered by=metis is not one of",
+    ),
+    (
+        {"family": "reordered", "by": 1, "symmetric": 0, "strip": 128, "chunk": 32},
+        "reordered by=1 is not one of",
+    ),
+    ({"family": "panel", "pcols": 2048, "rblock": 32, "chunk": 1}, "panel pcols=2048 is not one"),
     ({"family": "dia", "rtile": 3, "jtile": 16, "chunk": 4}, "dia rtile=3 is not one of"),
     ({"family": "dia", "rtile": True, "jtile": 16, "chunk": 4}, "dia rtile=True"),
     ({"family": "dia", "rtile": 2.0, "jtile": 16, "chunk": 4}, "dia rtile=2.0"),
@@ -230,7 +269,7 @@ def test_a_small_autoencoder_encoder_covers_every_family(monkeypatch) -> None:
     finally:
         torch.set_num_threads(threads)
     configs = space.candidates(50, 0, (4096, 4096))
-    assert {space.family(c) for c in configs} == {"csr", "dia", "bcsr"}
+    assert {space.family(c) for c in configs} == {"csr", "dia", "bcsr", "reordered", "panel"}
     rows = encoder.encode(configs, (4096, 4096), 64)
     assert rows.shape[0] == len(configs) and bool(rows.isfinite().all())
     assert len({tuple(r.tolist()) for r in rows}) > len(configs) // 2  # configs stay apart

@@ -383,4 +383,4 @@ def test_new_values_written_at_value_slots_are_used_by_every_family() -> None:
                 np.testing.assert_allclose(values, got.data, rtol=0, atol=0)
                 got, want = got.toarray(), want.toarray()
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"{op} {family}")
-        assert seen == {"csr", "dia", "bcsr"}, op
+        assert seen == {"csr", "dia", "bcsr", "reordered", "panel"}, op

@@ -37,7 +37,9 @@ from cognate.paths import cognate_home, configs_dir
 from cognate.space import Space
 from cognate.util import load_yaml
 
-_PROBE_SHAPE = (1024, 1024)  # the cpu space caps splits by the shape; any mid-size shape
+# The cpu space caps splits, blocks and panels by the shape: one wide enough for every
+# value (the panel family's widest is 65536 columns).
+_PROBE_SHAPE = (65536, 65536)
 
 
 def transfer_settings() -> dict[str, Any]:

@@ -52,6 +52,8 @@ from cognate.targets.cpu.structured import StructuredView
 
 PCOLS: tuple[int, ...] = (1024, 4096, 16384, 65536)
 RBLOCKS: tuple[int, ...] = (32, 128, 512)  # MAX_RBLOCK in panel_spmm.c is the largest
+# The family's own knobs and their legal values (the space YAML may list a subset).
+KNOBS: dict[str, tuple[int, ...]] = {"pcols": PCOLS, "rblock": RBLOCKS}
 
 
 def check_knobs(knobs: Mapping[str, Any]) -> tuple[int, int]:

@@ -44,13 +44,15 @@ import numpy as np
 from cognate.errors import CognateError
 from cognate.targets.cpu.families import FamilyKernel, FamilyPacked
 from cognate.targets.cpu.kernel import choice_knob
-from cognate.targets.cpu.orders import check_by, row_order
+from cognate.targets.cpu.orders import ORDERS, check_by, row_order
 from cognate.targets.cpu.pack import TooLarge, size_limit
 from cognate.targets.cpu.structured import StructuredView
 
 STRIPS: tuple[int, ...] = (32, 128, 1024)
 SYMMETRIC: tuple[int, ...] = (0, 1)
 WHERE = "cpu reordered"
+# The family's own knobs and their legal values (the space YAML may list a subset).
+KNOBS: dict[str, tuple[str | int, ...]] = {"by": ORDERS, "symmetric": SYMMETRIC, "strip": STRIPS}
 
 
 def check_knobs(knobs: Mapping[str, Any]) -> tuple[str, int, int]:

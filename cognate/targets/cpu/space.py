@@ -326,7 +326,7 @@ class CpuSpace(Space):
         return np.concatenate([csr, self.families.features(config)])
 
     def family(self, config: Config) -> str:
-        """csr (no ``family`` knob), dia or bcsr."""
+        """csr (no ``family`` knob), dia, bcsr, reordered or panel."""
         return self.kernel_family(config.knobs).name
 
     def describe(self, config: Config) -> str:
