@@ -56,7 +56,8 @@ def tune(
     ``data/models/<target>-<op>.safetensors``).
     ``verify``: measure the top-k and the baseline on the target (cpu: also the library).
     ``cover_families``: the top-k includes each kernel family's best-ranked config (cpu: csr,
-    dia, bcsr, reordered, panel), in place of the lowest-ranked picks, so the measurement decides between them.
+    dia, bcsr, reordered, panel), in place of the lowest-ranked picks, so the measurement
+    decides between them.
     On cpu the top-k, the baseline and the library references (MKL inspector-executor,
     torch.sparse) are timed in interleaved rounds with ``threads`` threads (default: all
     cores); ``result.best`` is the fastest of the top-k and the baseline (the baseline when no

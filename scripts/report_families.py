@@ -28,16 +28,10 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.records import record_frame  # noqa: E402
+from cognate.targets.cpu.families import family_of  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
-
-
-def family_of(config: str) -> str:
-    return str(json.loads(config).get("family", "csr"))
-
-
-def geomean(values: pd.Series | np.ndarray) -> float:
-    return float(np.exp(np.mean(np.log(np.asarray(values, dtype=float)))))
 
 
 def leave_one_out_fixed(speedups: pd.DataFrame) -> pd.Series:
@@ -54,7 +48,7 @@ def leave_one_out_fixed(speedups: pd.DataFrame) -> pd.Series:
 
 
 def report(frame: pd.DataFrame, families: list[str], min_matrices: int) -> None:
-    frame = frame.assign(family=frame["config"].map(family_of))
+    frame = frame.assign(family=frame["config"].map(lambda c: family_of(json.loads(c))))
     for (width, host), part in frame.groupby(["width", "host"], sort=True):
         base = part[part["is_baseline"].astype(bool)].groupby("matrix")["runtime_s"].min()
         has = part.groupby("matrix")["family"].agg(set)

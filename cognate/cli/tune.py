@@ -205,7 +205,8 @@ def _print_summary(console: Console, result: Any) -> None:
     "--cover-families/--no-cover-families",
     default=True,
     show_default=True,
-    help="Include each kernel family's best-ranked config in the top-k (cpu: csr, dia, bcsr, reordered, panel).",
+    help="Include each kernel family's best-ranked config in the top-k "
+    "(cpu: csr, dia, bcsr, reordered, panel).",
 )
 @click.option(
     "--threads",
