@@ -129,14 +129,15 @@ def test_plain_csr_runs_the_register_tiled_kernel(shared: Path, width: int) -> N
     """The baseline's structure at a fixed width compiles kernels/cpu/spmm_csr.c (every tile
     width 64/32/16/8 and the scalar edge occur across these widths); other structures and a
     runtime width keep the generated nest. Checked on a small matrix with empty rows (one
-    thread) and two past the one-thread threshold (nnz x width), split into weight-balanced
-    row tasks, one of them 98% empty rows."""
+    thread) and three past the one-thread threshold (nnz x width), split into weight-balanced
+    row tasks, one of them 98% empty rows, one (watt_2: a few tasks' weight) cut into tasks
+    per thread below the least task weight."""
     space = make_space("spmm")
     coo = _load(shared, "west0479").csr.tocoo()
     keep = coo.row % 3 != 0  # every third row empty
     holes = canonicalize(sp.coo_matrix((coo.data[keep], (coo.row[keep], coo.col[keep])), coo.shape))
     trec6 = load_matrix(shared / "matrices" / "waco" / "Trec6_16x16_9.csr").csr  # 98% empty rows
-    for csr in (holes, _load(shared, "bcsstk13").csr, trec6):
+    for csr in (holes, _load(shared, "bcsstk13").csr, trec6, _load(shared, "watt_2").csr):
         base = dict(space.baseline(csr.shape).knobs)
         source = generate_source(structure_of("spmm", base, width))
         assert "always_inline" in source and "#pragma omp simd" not in source
