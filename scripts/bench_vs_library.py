@@ -1,4 +1,4 @@
-"""Benchmark the tuned cpu SpMM as a user runs it, against the strongest library paths.
+"""Benchmark the tuned cpu SpMM (or SDDMM) as a user runs it, against the strongest library paths.
 
 For each matrix and dense width: ``cognate.tune(matrix, top_k=5, verify=True)``, then in one
 process, interleaved rounds (tuned, mkl, torch, scipy, tuned, ...), medians:
@@ -10,6 +10,11 @@ process, interleaved rounds (tuned, mkl, torch, scipy, tuned, ...), medians:
   apart;
 - torch: ``torch.sparse.mm`` on a CSR tensor (int32 indices), as a PyTorch user calls it;
 - scipy: ``A @ B`` (single-threaded).
+
+``--op sddmm``: ``result.kernel(X, Y, out=values)`` (A's values times X @ Y^T at A's pattern,
+a scipy CSR around the preallocated values, as a user calls it) against
+``torch.sparse.sampled_addmm`` scaled by A's values (torch_sddmm_call in library.py; MKL has
+no SDDMM, scipy none that does not form X @ Y^T), no passive column (it is MKL's).
 
 OpenMP settings are the caller's (nothing set: libgomp's default waits, as a plain Python
 caller has them). A second process then times the same picks against MKL with passive waits
@@ -26,6 +31,7 @@ busy machine is flagged (timings taken under load rank by what ran beside them).
     python scripts/bench_vs_library.py --threads 2          # shared matrices + 1M-nnz ones
     python scripts/bench_vs_library.py --threads 2 --widths 32 128 512 --ngraph --min-nnz 10000 \
         --graphs 100000 1000000 5000000                      # + real and generated graphs
+    python scripts/bench_vs_library.py --threads 2 --op sddmm --widths 32 128
 """
 
 from __future__ import annotations
@@ -133,10 +139,31 @@ def calls(
     return prepared, missing, inspect_s
 
 
-def bytes_moved(matrix: Matrix, width: int) -> int:
-    """A (values, column indices, row pointers), B and C, each once: the least a call moves."""
+def sddmm_calls(matrix: Matrix, kernel, x: np.ndarray, y: np.ndarray) -> tuple[dict, dict]:
+    """The checked SDDMM calls: the tuned ``kernel(X, Y, out=values)`` and torch's."""
+    csr = matrix.csr
+    values = np.empty(csr.nnz, dtype=np.float32)
+    prepared = {"tuned": lambda: kernel(x, y, out=values)}
+    results = {"tuned": lambda: values}
+    torch_call = library.torch_sddmm_call(csr, x, y)
+    prepared["torch"], results["torch"] = torch_call.run, torch_call.result
+    ref, tol = reference(csr, "sddmm", (x, y))
+    missing: dict[str, str] = {}
+    for name in list(prepared):
+        prepared[name]()
+        problem = mismatch(np.asarray(results[name]()), ref, 4 * tol)
+        if problem:  # a wrong result never produces a timing
+            missing[name] = f"result wrong: {problem}"
+            del prepared[name]
+    return prepared, missing
+
+
+def bytes_moved(matrix: Matrix, width: int, op: str = "spmm") -> int:
+    """A (values, column indices, row pointers), B and C (SDDMM: X, Y and the output
+    values), each once: the least a call moves."""
     rows, cols = matrix.shape
-    return matrix.nnz * 8 + (rows + 1) * 4 + (cols + rows) * width * 4
+    dense = (cols + rows) * width * 4
+    return matrix.nnz * (12 if op == "sddmm" else 8) + (rows + 1) * 4 + dense
 
 
 def main() -> None:
@@ -161,6 +188,7 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=5)
     parser.add_argument("--candidates", type=int, default=20_000)
     parser.add_argument("--threads", type=int, default=0, help="0: every core")
+    parser.add_argument("--op", choices=("spmm", "sddmm"), default="spmm")
     args = parser.parse_args()
     threads = args.threads or len(os.sched_getaffinity(0))
     if args.quick:
@@ -179,35 +207,44 @@ def main() -> None:
         f"{'scipy ms':>10}{'mkl/tuned':>10}{'torch/tuned':>12}{'GFLOP/s':>9}{'GB/s':>7}"
         f"{'%triad':>7}{'mkl insp ms':>12}  {'model data':<11} tuned pick"
     )
+    if args.op == "sddmm":
+        header = header.replace("   mkl ms", " " * 9).replace("mkl/tuned", " " * 9)
+        header = header.replace("mkl insp ms", " " * 11).replace("scipy ms", " " * 8)
     print(header)
     rows = []
+    bench = bench_one if args.op == "spmm" else bench_sddmm
     for matrix in matrices(args):
         for width in args.widths:
-            row = bench_one(matrix, width, threads, args, stream)
+            try:
+                row = bench(matrix, width, threads, args, stream)
+            except CognateError as exc:  # e.g. over the memory budget: the others still run
+                print(f"  {matrix.name} N={width}: skipped: {exc}", file=sys.stderr)
+                continue
             if row is not None:
                 rows.append(row)
-    passive = {} if args.no_passive_column else passive_column(rows, threads)
-    summary(rows, passive, args.widths)
+    passive = {}
+    if args.op == "spmm" and not args.no_passive_column:
+        passive = passive_column(rows, threads)
+    summary(rows, passive, args.widths, args.op)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "passive": passive}, indent=1))
 
 
-def model_data(name: str) -> str:
-    """Which data of the shipped cpu SpMM model a matrix was (train / validation / held-out,
-    from its provenance file), else ``unseen``: only held-out and unseen matrices are
-    out-of-sample for the model's ranking."""
-    global _SPLITS
-    if _SPLITS is None:
+def model_data(name: str, op: str = "spmm") -> str:
+    """Which data of the shipped cpu model of ``op`` a matrix was (train / validation /
+    held-out, from its provenance file), else ``unseen``: only held-out and unseen matrices
+    are out-of-sample for the model's ranking."""
+    if op not in _SPLITS:
         from cognate.model.cost_model import resolve_model_path
 
-        path = resolve_model_path(None, "cpu", "spmm").with_suffix(".provenance.json")
+        path = resolve_model_path(None, "cpu", op).with_suffix(".provenance.json")
         found = json.loads(path.read_text())["matrices"] if path.is_file() else {}
-        _SPLITS = {n: split for split, names in found.items() for n in names}
-    split = _SPLITS.get(name, "unseen")
+        _SPLITS[op] = {n: split for split, names in found.items() for n in names}
+    split = _SPLITS[op].get(name, "unseen")
     return "held-out" if split == "test" else split
 
 
-_SPLITS: dict[str, str] | None = None
+_SPLITS: dict[str, dict[str, str]] = {}
 
 
 def wait_words() -> str:
@@ -215,8 +252,11 @@ def wait_words() -> str:
     return f"OMP_WAIT_POLICY={policy}" if policy else "default (OMP_WAIT_POLICY unset)"
 
 
-def summary(rows: list[dict], passive: dict, widths: list[int]) -> None:
+def summary(rows: list[dict], passive: dict, widths: list[int], op: str = "spmm") -> None:
     """Geomeans per width; the passive column's beside them."""
+    if op == "sddmm":
+        sddmm_summary(rows, widths)
+        return
     if passive:
         print("mkl/tuned with passive waits (a separate process, the same picks):")
         for row in rows:
@@ -254,6 +294,23 @@ def summary(rows: list[dict], passive: dict, widths: list[int]) -> None:
         if pas:
             line += f"; passive waits (separate column) {geomean(pas):.3f}x over {len(pas)}"
         print(line)
+
+
+def sddmm_summary(rows: list[dict], widths: list[int]) -> None:
+    """Geomeans of torch.sparse.sampled_addmm time / tuned time per width."""
+    for width in widths:
+        found = [r for r in rows if r["width"] == width and r.get("torch/tuned")]
+        for label, picked in (
+            ("out-of-sample for the model (held-out or unseen)",
+             [r for r in found if r["model_data"] in OUT_OF_SAMPLE]),
+            (f"all {len(found)} matrices", found),
+        ):  # fmt: skip
+            ratios = [r["torch/tuned"] for r in picked]
+            if ratios:
+                print(
+                    f"N={width}: {label}: tuned SDDMM vs torch.sparse.sampled_addmm geomean"
+                    f" {geomean(ratios):.3f}x over {len(ratios)} (min {min(ratios):.3f}x)"
+                )
 
 
 def passive_column(rows: list[dict], threads: int) -> dict[str, float]:
@@ -321,7 +378,7 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
     def ratio(name: str) -> str:
         return f"{med[name] / tuned:.3f}" if name in med else "-"
 
-    pick = "baseline (kept)" if result.kept_baseline else result.best.description.split("|")[0]
+    pick = pick_words(result)
     gflops = 2 * matrix.nnz * width / tuned / 1e9
     gbs = bytes_moved(matrix, width) / tuned / 1e9
     print(
@@ -339,6 +396,48 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
         "knobs": dict(result.config.knobs), "kept_baseline": result.kept_baseline,
         "model_data": model_data(matrix.name),
         "busy": load.busy,
+    }  # fmt: skip
+
+
+def pick_words(result) -> str:
+    return "baseline (kept)" if result.kept_baseline else result.best.description.split("|")[0]
+
+
+def bench_sddmm(matrix: Matrix, width: int, threads: int, args, stream: float) -> dict | None:
+    """Tune, check and time one SDDMM (matrix, width) against torch; print its row."""
+    result = cognate.tune(
+        matrix, op="sddmm", width=width, top_k=args.top_k, verify=True,
+        candidates=args.candidates, threads=threads,
+    )  # fmt: skip
+    rng = np.random.default_rng(0)
+    rows, cols = matrix.shape
+    x = rng.uniform(-1, 1, (rows, width)).astype(np.float32)
+    y = rng.uniform(-1, 1, (cols, width)).astype(np.float32)
+    prepared, missing = sddmm_calls(matrix, result.kernel, x, y)
+    for name, why in missing.items():
+        print(f"  {matrix.name} N={width}: {name} not timed: {why}", file=sys.stderr)
+    if "tuned" not in prepared:
+        return None
+    timed = time_interleaved(prepared, args.rounds, threads=threads)
+    med, load = timed.seconds, timed.load
+    tuned = med["tuned"]
+    gflops = 2 * matrix.nnz * width / tuned / 1e9
+    gbs = bytes_moved(matrix, width, "sddmm") / tuned / 1e9
+    torch_ms = f"{med['torch'] * 1e3:.3f}" if "torch" in med else "-"
+    ratio = f"{med['torch'] / tuned:.3f}" if "torch" in med else "-"
+    data = model_data(matrix.name, "sddmm")
+    print(
+        f"{matrix.name[:27]:<28}{matrix.nnz:>9}{width:>5}{tuned * 1e3:>10.3f}{'':>9}"
+        f"{torch_ms:>10}{'':>10}{'':>10}{ratio:>12}{gflops:>9.2f}{gbs:>7.1f}"
+        f"{100 * gbs / stream:>7.1f}{'':>12}  {data:<11} {pick_words(result).strip()}"
+        + (f"  [{load.line()}]" if load.busy else "")
+    )
+    return {
+        "matrix": matrix.name, "nnz": matrix.nnz, "width": width, "op": "sddmm",
+        "seconds": med, "torch/tuned": med["torch"] / tuned if "torch" in med else None,
+        "gflops": gflops, "pct_triad": 100 * gbs / stream,
+        "knobs": dict(result.config.knobs), "kept_baseline": result.kept_baseline,
+        "model_data": data, "busy": load.busy,
     }  # fmt: skip
 
 

@@ -328,3 +328,29 @@ def test_report_families_counts_winners_and_a_leave_one_out_fixed_config(capsys)
     )
     assert out[2].split()[:4] == ["panel", "fastest", "on", "2;"]
     assert out[3].split()[:4] == ["reordered", "fastest", "on", "1;"]
+
+
+def test_bench_vs_library_sddmm_calls_check_every_result_before_timing(monkeypatch) -> None:
+    """--op sddmm: the tuned SDDMM (a user's ``kernel(X, Y, out=values)``) and torch's
+    sampled_addmm are checked against scipy first; a wrong result is left out, not timed."""
+    from cognate.config import Config
+    from cognate.targets.cpu.tuned import ScheduleKernel
+
+    monkeypatch.setattr(sys, "argv", [str(SCRIPTS / "bench_vs_library.py")])
+    bench = _load_script("bench_vs_library")
+    matrix = generate("powerlaw", nnz=5_000, seed=0)
+    x, y = dense_operands("sddmm", matrix.shape, 16, seed=0)
+    base = make_space("sddmm").baseline(matrix.shape)
+    kernel = ScheduleKernel(matrix, "sddmm", Config("cpu", "sddmm", dict(base.knobs)))
+    prepared, missing = bench.sddmm_calls(matrix, kernel, x, y)
+    assert sorted(prepared) == ["torch", "tuned"] and missing == {}
+    out = prepared["tuned"]()  # a scipy CSR around the preallocated values, A's pattern
+    assert out.nnz == matrix.nnz and (out.indices == matrix.csr.indices).all()
+
+    def wrong(x, y, out):  # writes A's pattern with zeros: not the product
+        out[:] = 0.0
+        return out
+
+    prepared, missing = bench.sddmm_calls(matrix, wrong, x, y)
+    assert sorted(prepared) == ["torch"] and missing["tuned"].startswith("result wrong")
+    assert bench.bytes_moved(matrix, 16, "sddmm") > bench.bytes_moved(matrix, 16)
