@@ -129,14 +129,20 @@ def calls(
     if "scipy" in libraries:
         prepared["scipy"] = lambda: csr @ b
         results["scipy"] = lambda: np.asarray(csr @ b)
-    ref, tol = reference(csr, "spmm", (b,))
+    drop_wrong(prepared, results, reference(csr, "spmm", (b,)), missing)
+    return prepared, missing, inspect_s
+
+
+def drop_wrong(prepared: dict, results: dict, checked: tuple, missing: dict) -> None:
+    """Run each call once and drop it (saying why in ``missing``) when its result differs
+    from the float64 reference ``checked`` (ref, tol): a wrong result never gets a timing."""
+    ref, tol = checked
     for name in list(prepared):
         prepared[name]()
         problem = mismatch(np.asarray(results[name]()), ref, 4 * tol)
-        if problem:  # a wrong result never produces a timing
+        if problem:
             missing[name] = f"result wrong: {problem}"
             del prepared[name]
-    return prepared, missing, inspect_s
 
 
 def sddmm_calls(matrix: Matrix, kernel, x: np.ndarray, y: np.ndarray) -> tuple[dict, dict]:
@@ -147,14 +153,8 @@ def sddmm_calls(matrix: Matrix, kernel, x: np.ndarray, y: np.ndarray) -> tuple[d
     results = {"tuned": lambda: values}
     torch_call = library.torch_sddmm_call(csr, x, y)
     prepared["torch"], results["torch"] = torch_call.run, torch_call.result
-    ref, tol = reference(csr, "sddmm", (x, y))
     missing: dict[str, str] = {}
-    for name in list(prepared):
-        prepared[name]()
-        problem = mismatch(np.asarray(results[name]()), ref, 4 * tol)
-        if problem:  # a wrong result never produces a timing
-            missing[name] = f"result wrong: {problem}"
-            del prepared[name]
+    drop_wrong(prepared, results, reference(csr, "sddmm", (x, y)), missing)
     return prepared, missing
 
 
@@ -364,11 +364,9 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
     )  # fmt: skip
     b = np.random.default_rng(0).uniform(-1, 1, (matrix.shape[1], width)).astype(np.float32)
     prepared, missing, inspect_s = calls(matrix, result.kernel, b, threads)
-    for name, why in missing.items():
-        print(f"  {matrix.name} N={width}: {name} not timed: {why}", file=sys.stderr)
-    if "tuned" not in prepared:
+    timed = time_checked(matrix, width, prepared, missing, args.rounds, threads)
+    if timed is None:
         return None
-    timed = time_interleaved(prepared, args.rounds, threads=threads)
     med, load = timed.seconds, timed.load
     tuned = med["tuned"]
 
@@ -399,6 +397,18 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
     }  # fmt: skip
 
 
+def time_checked(
+    matrix: Matrix, width: int, prepared: dict, missing: dict, rounds: int, threads: int
+):
+    """Say which calls are not timed and why; time the others in interleaved rounds (None
+    when the tuned kernel itself is missing)."""
+    for name, why in missing.items():
+        print(f"  {matrix.name} N={width}: {name} not timed: {why}", file=sys.stderr)
+    if "tuned" not in prepared:
+        return None
+    return time_interleaved(prepared, rounds, threads=threads)
+
+
 def pick_words(result) -> str:
     return "baseline (kept)" if result.kept_baseline else result.best.description.split("|")[0]
 
@@ -414,11 +424,9 @@ def bench_sddmm(matrix: Matrix, width: int, threads: int, args, stream: float) -
     x = rng.uniform(-1, 1, (rows, width)).astype(np.float32)
     y = rng.uniform(-1, 1, (cols, width)).astype(np.float32)
     prepared, missing = sddmm_calls(matrix, result.kernel, x, y)
-    for name, why in missing.items():
-        print(f"  {matrix.name} N={width}: {name} not timed: {why}", file=sys.stderr)
-    if "tuned" not in prepared:
+    timed = time_checked(matrix, width, prepared, missing, args.rounds, threads)
+    if timed is None:
         return None
-    timed = time_interleaved(prepared, args.rounds, threads=threads)
     med, load = timed.seconds, timed.load
     tuned = med["tuned"]
     gflops = 2 * matrix.nnz * width / tuned / 1e9
