@@ -74,12 +74,25 @@ def _running(started: list[int], text: str) -> bool:
     return False
 
 
+def _default_stop_signals() -> None:
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+
+
 def _start(
     cmd: list[str], ready: object, workers: int, started: list[int] | None = None
 ) -> subprocess.Popen:
-    """Start ``cmd`` in a new session; return once ``ready()`` and ``workers`` children run."""
+    """Start ``cmd`` in a new session, with the stop signals' default dispositions (a job
+    started from a terminal; under nohup or as a background job of a script the test runner
+    ignores SIGHUP or SIGINT, and the collector rightly keeps an ignored signal ignored);
+    return once ``ready()`` and ``workers`` children run."""
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_default_stop_signals,
     )
     if started is not None:
         started.append(proc.pid)
