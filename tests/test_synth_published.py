@@ -105,3 +105,16 @@ def test_synth_command(tmp_path):
     bad = CliRunner().invoke(main, ["data", "synth", "delaunay", "--nnz", "5", "-o", str(out)])
     assert bad.exit_code != 0 and isinstance(bad.exception, CognateError)
     assert "order alone" in str(bad.exception)
+
+
+@pytest.mark.slow
+def test_mycielskian17_matches_the_calibration_manifest():
+    """The exact SuiteSparse size, and the sha256 scripts/calibrate_spade.py checks."""
+    import json
+
+    from cognate.paths import REPO_ROOT
+
+    manifest = json.loads((REPO_ROOT / "scripts" / "calibrate_spade.manifest.json").read_text())
+    matrix = published_matrix("mycielskian17")
+    assert matrix.shape == (98_303, 98_303) and matrix.nnz == 100_245_742
+    assert matrix.sha256 == manifest["mycielskian17"]["sha256"]
