@@ -70,6 +70,21 @@ def test_delaunay_is_a_planar_triangulation_and_deterministic():
     assert (published("delaunay", order, seed=4).csr != first.csr).nnz > 0
 
 
+def test_delaunay_morton_numbering_is_the_same_graph_with_locality():
+    drawn = published("delaunay", 12, seed=5).csr
+    morton = published("delaunay", 12, seed=5, numbering="morton").csr
+    assert morton.nnz == drawn.nnz and _is_simple_undirected(morton)
+    assert sorted(np.diff(morton.indptr)) == sorted(np.diff(drawn.indptr))
+    rows = np.repeat(np.arange(2**12), np.diff(morton.indptr))
+    gap_morton = np.median(np.abs(morton.indices - rows))
+    gap_drawn = np.median(
+        np.abs(drawn.indices - np.repeat(np.arange(2**12), np.diff(drawn.indptr)))
+    )
+    assert gap_morton < gap_drawn / 10  # neighbours get nearby numbers
+    with pytest.raises(CognateError, match="numbering applies to delaunay only"):
+        published("kron-g500", 10, numbering="morton")
+
+
 def test_kron_g500_density_skew_and_determinism():
     order = 14
     matrix = published("kron-g500", order, seed=1)

@@ -188,12 +188,12 @@ def _published(
     """A published kind: sized by ``order`` alone."""
     given = {"rows": rows, "cols": cols, "density": density, "sparsity": sparsity, "nnz": nnz}
     extra = sorted(k for k, v in {**given, "permute": permute}.items() if v is not None)
-    extra += sorted(set(options) - {"order"})
+    extra += sorted(set(options) - {"order", "numbering"})
     if extra:
         raise CognateError(f"{kind} is sized by order alone; it does not take {', '.join(extra)}")
     if "order" not in options:
         raise CognateError(f"{kind} needs an order (e.g. 17 for mycielskian17)")
-    return published(kind, options["order"], seed)
+    return published(kind, options["order"], seed, options.get("numbering"))
 
 
 def synthetic_pair(nnz: int, seed: int = 1) -> list[Matrix]:

@@ -8,8 +8,10 @@ calibration (Gerogiannis et al., HPCA'24, Table V) that a generator can make.
   block): order 17 peaks near 2 GB.
 - ``delaunay`` (order k): **in distribution** like DIMACS10's ``delaunay_n{k}``: the
   Delaunay triangulation (scipy.spatial / qhull) of 2^k uniformly random points in the unit
-  square, vertices numbered in the order the points were drawn, both edge directions stored,
-  no diagonal. ``delaunay_n22`` lists 4,194,304 rows and 25,165,738 nonzeros.
+  square, both edge directions stored, no diagonal. ``delaunay_n22`` lists 4,194,304 rows
+  and 25,165,738 nonzeros. ``numbering``: ``drawn`` (default) numbers the vertices in the
+  order the points were drawn; ``morton`` along the Z-order curve of their coordinates (a
+  locality-preserving numbering, the same triangulation).
 - ``kron-g500`` (order k): **in distribution** like DIMACS10's ``kron_g500-logn{k}``: the
   Graph500 Kronecker generator (a, b, c = 0.57, 0.19, 0.19) on 2^k vertices, self-loops and
   duplicate edges dropped, both directions stored, vertices relabelled by a random
@@ -32,6 +34,7 @@ from cognate.matrix import Matrix
 from cognate.synth.sampling import check_size, fill_distinct, sorted_unique
 
 PUBLISHED_KINDS: tuple[str, ...] = ("mycielskian", "delaunay", "kron-g500")
+DELAUNAY_NUMBERINGS: tuple[str, ...] = ("drawn", "morton")
 # The SuiteSparse names of the HotTiles matrices and (kind, order) that rebuilds them.
 PUBLISHED_MATRICES: dict[str, tuple[str, int]] = {
     "mycielskian17": ("mycielskian", 17),
@@ -52,8 +55,9 @@ def mycielskian_counts(order: int) -> tuple[int, int]:
     return vertices, edges
 
 
-def published(kind: str, order: int, seed: int = 0) -> Matrix:
-    """The published-graph ``kind`` of the given order (its SuiteSparse name's number)."""
+def published(kind: str, order: int, seed: int = 0, numbering: str | None = None) -> Matrix:
+    """The published-graph ``kind`` of the given order (its SuiteSparse name's number);
+    ``numbering`` (delaunay only): one of ``DELAUNAY_NUMBERINGS``."""
     if kind not in PUBLISHED_KINDS:
         raise CognateError(f"unknown published kind {kind!r} (choose from {PUBLISHED_KINDS})")
     low, high = _ORDER_RANGE[kind]
@@ -65,6 +69,11 @@ def published(kind: str, order: int, seed: int = 0) -> Matrix:
         raise CognateError(f"{kind} order must be an integer in [{low}, {high}], got {order!r}")
     if not isinstance(seed, int | np.integer) or seed < 0:
         raise CognateError(f"seed must be a non-negative integer, got {seed!r}")
+    if numbering is not None and (kind != "delaunay" or numbering not in DELAUNAY_NUMBERINGS):
+        raise CognateError(
+            f"numbering applies to delaunay only, one of {', '.join(DELAUNAY_NUMBERINGS)}; "
+            f"got {numbering!r} for {kind}"
+        )
     order, seed = int(order), int(seed)
     if kind == "mycielskian":
         csr, name, source = (
@@ -73,8 +82,10 @@ def published(kind: str, order: int, seed: int = 0) -> Matrix:
             f"synth:mycielskian order={order}",
         )
     elif kind == "delaunay":
-        csr = delaunay(order, np.random.default_rng(seed))
-        name, source = f"delaunay_n{order}_seed{seed}", f"synth:delaunay order={order} seed={seed}"
+        numbering = numbering or "drawn"
+        csr = delaunay(order, np.random.default_rng(seed), numbering)
+        name = f"delaunay_n{order}_seed{seed}" + ("" if numbering == "drawn" else f"_{numbering}")
+        source = f"synth:delaunay order={order} seed={seed} numbering={numbering}"
     else:
         csr = kron_g500(order, np.random.default_rng(seed))
         name = f"kron_g500-logn{order}_seed{seed}"
@@ -82,14 +93,14 @@ def published(kind: str, order: int, seed: int = 0) -> Matrix:
     return Matrix(name, csr, source=source, field="pattern", symmetry="symmetric")
 
 
-def published_matrix(name: str, seed: int = 0) -> Matrix:
+def published_matrix(name: str, seed: int = 0, numbering: str | None = None) -> Matrix:
     """One of ``PUBLISHED_MATRICES`` by its SuiteSparse name."""
     if name not in PUBLISHED_MATRICES:
         raise CognateError(
             f"unknown published matrix {name!r} (choose from {list(PUBLISHED_MATRICES)})"
         )
     kind, order = PUBLISHED_MATRICES[name]
-    return published(kind, order, seed)
+    return published(kind, order, seed, numbering if kind == "delaunay" else None)
 
 
 def mycielskian(order: int) -> sp.csr_matrix:
@@ -130,7 +141,7 @@ def _mycielski_step(indptr: np.ndarray, indices: np.ndarray) -> tuple[np.ndarray
     return new_indptr, out
 
 
-def delaunay(order: int, rng: np.random.Generator) -> sp.csr_matrix:
+def delaunay(order: int, rng: np.random.Generator, numbering: str = "drawn") -> sp.csr_matrix:
     """The Delaunay graph of 2^order uniform points in the unit square."""
     from scipy.spatial import Delaunay, QhullError  # here: costly for every CLI start
 
@@ -141,6 +152,10 @@ def delaunay(order: int, rng: np.random.Generator) -> sp.csr_matrix:
         triangles = Delaunay(points).simplices
     except QhullError as exc:
         raise CognateError(f"Delaunay triangulation failed: {exc}") from exc
+    if numbering == "morton":  # vertex i becomes its rank along the Z-order curve
+        rank = np.empty(n, dtype=np.int64)
+        rank[np.argsort(_morton(points), kind="stable")] = np.arange(n, dtype=np.int64)
+        triangles = rank[triangles]
     del points
     keys = []
     for u, v in ((0, 1), (1, 2), (0, 2)):
@@ -148,6 +163,16 @@ def delaunay(order: int, rng: np.random.Generator) -> sp.csr_matrix:
         keys.append(np.minimum(a, b) * n + np.maximum(a, b))
     del triangles
     return _symmetric_csr(sorted_unique(np.concatenate(keys)), n)
+
+
+def _morton(points: np.ndarray) -> np.ndarray:
+    """Z-order keys of points in the unit square (16 bits per coordinate, interleaved)."""
+    key = np.zeros(points.shape[0], dtype=np.uint64)
+    cells = np.minimum((points * 65536).astype(np.uint64), np.uint64(65535))
+    for bit in range(16):
+        for axis in (0, 1):
+            key |= ((cells[:, axis] >> np.uint64(bit)) & np.uint64(1)) << np.uint64(2 * bit + axis)
+    return key
 
 
 def kron_g500(order: int, rng: np.random.Generator, nnz: int | None = None) -> sp.csr_matrix:
