@@ -24,6 +24,7 @@ from pathlib import Path
 
 import scipy.sparse as sp
 
+from cognate.errors import CognateError
 from cognate.evaluate.stats import geomean
 from cognate.matrix import Matrix
 from cognate.paths import REPO_ROOT, cognate_home
@@ -126,4 +127,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except CognateError as exc:  # bad input: one line, no traceback
+        sys.exit(f"error: {exc}")

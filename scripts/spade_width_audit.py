@@ -25,6 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from cognate.errors import CognateError
+
 WIDTHS = (16, 32, 64, 128, 256)
 KNOBS = {
     "rp": [4, 8, 16, 32, 64, 256, 1024],
@@ -175,4 +177,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except CognateError as exc:  # bad input: one line, no traceback
+        sys.exit(f"error: {exc}")
