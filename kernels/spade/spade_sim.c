@@ -206,6 +206,7 @@ typedef struct {
     int64_t ip[IP_COUNT];
     double dp[DP_COUNT];
     int64_t npe, rowlines, row_region;
+    int has_l2, has_llc; /* 0: the level is absent (a machine of L1 + bypass buffer only) */
     cache_t *l1, *vc, *l2, llc;
     cache_t **l2_of;  /* npe: the L2 of each PE */
     int64_t *reg_tag; /* npe * regs */
@@ -238,6 +239,8 @@ static void write_into(sim_t *s, cache_t *c, int level, int pe, int64_t line) {
 
 /* A dirty line leaving level-1 lands in `level` (1 = L2, 2 = LLC, 3 = DRAM). */
 static void writeback(sim_t *s, int level, int pe, int64_t line) {
+    if (level == 1 && !s->has_l2) level = 2;
+    if (level == 2 && !s->has_llc) level = 3;
     if (level == 1)
         write_into(s, s->l2_of[pe], 1, pe, line);
     else if (level == 2)
@@ -266,27 +269,34 @@ static inline double hier_read(sim_t *s, int pe, int64_t line) {
         return s->dp[DP_L1_LAT];
     }
     l1->misses++;
+    if (!s->has_l2 && !s->has_llc) { /* L1 straight to memory */
+        s->dram_read += LINE;
+        fill(s, l1, v1, 0, pe, line);
+        return s->dp[DP_DRAM_LAT];
+    }
     cache_t *l2 = s->l2_of[pe];
     double lat;
-    slot = cache_lookup(l2, line, &v2);
+    slot = s->has_l2 ? cache_lookup(l2, line, &v2) : -1;
     if (slot >= 0) {
         l2->stamp[slot] = ++l2->clock;
         l2->hits++;
         lat = s->dp[DP_L2_LAT];
     } else {
-        l2->misses++;
-        slot = cache_lookup(&s->llc, line, &v3);
+        if (s->has_l2) l2->misses++;
+        slot = s->has_llc ? cache_lookup(&s->llc, line, &v3) : -1;
         if (slot >= 0) {
             s->llc.stamp[slot] = ++s->llc.clock;
             s->llc.hits++;
             lat = s->dp[DP_LLC_LAT];
         } else {
-            s->llc.misses++;
             s->dram_read += LINE;
             lat = s->dp[DP_DRAM_LAT];
-            fill(s, &s->llc, v3, 2, pe, line);
+            if (s->has_llc) {
+                s->llc.misses++;
+                fill(s, &s->llc, v3, 2, pe, line);
+            }
         }
-        fill(s, l2, v2, 1, pe, line);
+        if (s->has_l2) fill(s, l2, v2, 1, pe, line);
     }
     fill(s, l1, v1, 0, pe, line);
     return lat;
@@ -523,6 +533,8 @@ int spade_simulate(const int64_t *ip, const double *dp, const int32_t *nz_row,
         return -2;
     int sddmm = ip[IP_OP] == 1;
     s->npe = npe;
+    s->has_l2 = ip[IP_L2_LINES] > 0;
+    s->has_llc = ip[IP_LLC_LINES] > 0;
     s->rowlines = (width * 4 + LINE - 1) / LINE; /* rows padded to whole lines */
     s->row_region = nrows * s->rowlines;
     int64_t ngroups = (npe + ip[IP_PES_PER_L2] - 1) / ip[IP_PES_PER_L2];

@@ -52,6 +52,9 @@ class _Cache(BaseModel):
 class _Dram(BaseModel):
     model_config = ConfigDict(extra="forbid")
     bandwidth_gbs: PositiveFloat
+    # The most the memory system sustains (row misses, refresh, bus turnarounds); None:
+    # the theoretical bandwidth.
+    sustained_gbs: PositiveFloat | None = None
     latency_ns: float = Field(ge=0)
     link_latency_ns: float = Field(ge=0)
 
@@ -72,10 +75,12 @@ class Machine(BaseModel):
     registers: int = Field(ge=1, le=4096)
     l1: _Cache
     victim_cache: _Cache
-    l2: _Cache
-    llc: _Cache
+    l2: _Cache | None  # None: no L2 (a miss in L1 goes to the LLC or DRAM)
+    llc: _Cache | None  # None: no LLC
     dram: _Dram
-    mlp: PositiveFloat
+    # Outstanding line misses a PE overlaps (its miss-handling limit); None: no limit but the
+    # register file's (see effective_mlp).
+    mlp: PositiveFloat | None
     stream_buffer_bytes: int = Field(ge=0)
     tile_overhead_cycles: float = Field(ge=0)
     dispatch_cycles: _Dispatch
@@ -97,6 +102,19 @@ class Machine(BaseModel):
                 node = node[part]
             node[leaf] = value
         return Machine.model_validate(data)
+
+
+def effective_mlp(machine: Machine, width: int) -> float:
+    """Line misses one PE keeps in flight at dense width ``width``.
+
+    A SPADE PE's loads land in its tag-matched vector registers (SPADE, ISCA'23: the PE is an
+    out-of-order, non-speculative vector engine whose 64 registers hold one line each), so it
+    can have no more lines in flight than registers left free by the output row it is
+    accumulating (ceil(width * 4 / 64) lines). ``machine.mlp``, when set, caps it further.
+    """
+    row_lines = -(-width * 4 // 64)
+    free = max(1, machine.registers - row_lines)
+    return float(free) if machine.mlp is None else min(float(machine.mlp), float(free))
 
 
 def load_machine(name: str = "spade") -> Machine:
@@ -145,6 +163,14 @@ def tile(csr: sp.csr_matrix, rp: int, cp: int | None) -> Tiling:
     npanels = -(-nrows // rp)
     width = ncols if cp is None else cp
     ncpanels = -(-ncols // width)
+    if ncpanels == 1:  # tiles are row panels: their bounds come from indptr, no sort keys
+        bounds = np.asarray(csr.indptr, dtype=np.int64)[np.r_[np.arange(0, nrows, rp), nrows]]
+        nonempty = np.flatnonzero(bounds[1:] > bounds[:-1])
+        tile_ptr = np.r_[bounds[nonempty], bounds[-1]].astype(np.int64)
+        tile_panel = nonempty.astype(np.int32)
+        tile_cpanel = np.zeros(nonempty.size, dtype=np.int32)
+        panel_ptr = np.searchsorted(tile_panel, np.arange(npanels + 1)).astype(np.int64)
+        return Tiling(rows, cols, tile_ptr, tile_panel, tile_cpanel, panel_ptr, npanels, 1)
     panel = rows // rp
     cpanel = cols // width
     key = panel.astype(np.int64) * ncpanels + cpanel
@@ -207,17 +233,21 @@ def _params(
         "npe": m.pes, "pes_per_l2": m.pes_per_l2, "regs": m.registers,
         "l1_lines": m.l1.bytes // line, "l1_ways": m.l1.ways,
         "vc_lines": m.victim_cache.bytes // line, "vc_ways": m.victim_cache.ways,
-        "l2_lines": m.l2.bytes // line, "l2_ways": m.l2.ways,
-        "llc_lines": m.llc.bytes // line, "llc_ways": m.llc.ways,
+        "l2_lines": m.l2.bytes // line if m.l2 else 0, "l2_ways": m.l2.ways if m.l2 else 1,
+        "llc_lines": m.llc.bytes // line if m.llc else 0,
+        "llc_ways": m.llc.ways if m.llc else 1,
         "split": sched.split, "barrier": barrier, "bypass": int(sched.bypass),
         "dynamic": int(sched.dynamic), "npanels": tiling.npanels, "ncpanels": tiling.ncpanels,
         "stream_buf": m.stream_buffer_bytes,
     }  # fmt: skip
-    dram_lat = m.llc.latency_cycles + (m.dram.latency_ns + m.dram.link_latency_ns) * ghz
+    llc_lat = m.llc.latency_cycles if m.llc else 0.0
+    l2_lat = m.l2.latency_cycles if m.l2 else 0.0
+    dram_lat = llc_lat + (m.dram.latency_ns + m.dram.link_latency_ns) * ghz
+    bandwidth = min(m.dram.bandwidth_gbs, m.dram.sustained_gbs or m.dram.bandwidth_gbs)
     doubles = {
         "l1_lat": m.l1.latency_cycles, "vc_lat": m.victim_cache.latency_cycles,
-        "l2_lat": m.l2.latency_cycles, "llc_lat": m.llc.latency_cycles, "dram_lat": dram_lat,
-        "mlp": m.mlp, "bw_bytes_per_cycle": m.dram.bandwidth_gbs / ghz,
+        "l2_lat": l2_lat, "llc_lat": llc_lat, "dram_lat": dram_lat,
+        "mlp": effective_mlp(m, width), "bw_bytes_per_cycle": bandwidth / ghz,
         "tile_overhead": m.tile_overhead_cycles, "dispatch_static": m.dispatch_cycles.static,
         "dispatch_dynamic": m.dispatch_cycles.dynamic, "sync": m.barrier_sync_cycles,
         "reduce": m.sddmm_reduce_cycles,

@@ -1,0 +1,183 @@
+"""Space audit of the spade target per dense width: where the oracle sits per knob.
+
+Simulates every config of an extended spade SpMM space on a sample of real matrices at each
+width N, on the records' machine (configs/spade.yaml), and prints per width: for each knob
+value the share of matrices whose oracle takes it, the best config with it as a share of
+the oracle (geomean) and the share within 5% of it; and the best single fixed config's
+share of the oracle. The extended space adds the row panels that fit a few output rows in
+the vector registers at every width (rp x N x 4 bytes against 64 x 64 B = 4 KB of
+registers: rp = 64 / 32 / 16 / 8 / 4 at N = 16 / 32 / 64 / 128 / 256) to the shipped
+rp values.
+
+    python scripts/spade_width_audit.py --sample 10 --workers 2 --csv audit.csv
+    python scripts/spade_width_audit.py --from-csv audit.csv      # the tables only
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from cognate.errors import CognateError
+
+WIDTHS = (16, 32, 64, 128, 256)
+KNOBS = {
+    "rp": [4, 8, 16, 32, 64, 256, 1024],
+    "cp": [64, 256, 1024, "all"],
+    "barrier": [False, True],
+    "bypass": [False, True],
+    "split": [1, 2],
+    "sched": ["static", "dynamic"],
+}
+SHIPPED_RP = (16, 64, 256, 1024)
+RECORDS = Path(__file__).resolve().parent.parent / "data" / "records" / "spade-spmm.parquet"
+
+
+def sample_matrices(count: int, low: int, high: int) -> list[str]:
+    """``count`` record matrices with low <= nnz <= high, spread evenly over nnz."""
+    records = pd.read_parquet(RECORDS, columns=["matrix", "source", "nnz"]).drop_duplicates(
+        "matrix"
+    )
+    pool = records[(records.nnz >= low) & (records.nnz <= high)]
+    pool = pool[pool.source.str.startswith("shared:")].sort_values(["nnz", "matrix"])
+    picks = np.linspace(0, len(pool) - 1, num=min(count, len(pool))).round().astype(int)
+    return pool.iloc[np.unique(picks)].source.str.removeprefix("shared:").tolist()
+
+
+def audit_one(relative: str) -> list[dict]:
+    """Every extended config at every width on one matrix (one process)."""
+    from cognate.io import load_matrix
+    from cognate.paths import shared_dir
+    from cognate.targets.spade.simulator import Schedule, load_machine, simulate, tile
+
+    matrix = load_matrix(shared_dir() / relative)
+    machine = load_machine()
+    rows = []
+    tilings = {}
+    for values in itertools.product(*KNOBS.values()):
+        knobs = dict(zip(KNOBS, values, strict=True))
+        cp = None if knobs["cp"] == "all" else knobs["cp"]
+        key = (knobs["rp"], cp)
+        if key not in tilings:
+            tilings[key] = tile(matrix.csr, *key)
+        sched = Schedule(
+            knobs["rp"],
+            cp,
+            knobs["barrier"],
+            knobs["bypass"],
+            knobs["split"],
+            knobs["sched"] == "dynamic",
+        )
+        for width in WIDTHS:
+            seconds = simulate(matrix.csr, "spmm", width, sched, machine, tilings[key]).seconds
+            rows.append(
+                {
+                    "matrix": matrix.name,
+                    "nnz": matrix.nnz,
+                    "width": width,
+                    **knobs,
+                    "seconds": seconds,
+                }
+            )
+    return rows
+
+
+def tables(frame: pd.DataFrame) -> str:
+    """The per-width audit as markdown."""
+    frame = frame.copy()
+    for knob in KNOBS:  # compare as text: a CSV reads cp back as strings
+        frame[knob] = frame[knob].astype(str)
+    frame["config"] = frame[list(KNOBS)].apply(lambda r: json.dumps(r.tolist()), axis=1)
+    out = []
+    for width, group in frame.groupby("width"):
+        oracle = group.groupby("matrix").seconds.min()
+        ratio = oracle.reindex(group.matrix).to_numpy() / group.seconds.to_numpy()
+        group = group.assign(share=ratio)
+        matrices = group.matrix.nunique()
+        out.append(
+            f"#### spade spmm, N = {width}: {matrices} matrices, {group.config.nunique()} configs\n"
+        )
+        out.append(
+            "| knob | value | oracle takes it | best config with it, % of oracle | within 5% |"
+        )
+        out.append("|---|---|---|---|---|")
+        for knob, values in KNOBS.items():
+            for value in values:
+                best = group[group[knob] == str(value)].groupby("matrix").share.max()
+                takes = (best >= 0.999).mean()
+                geo = float(np.exp(np.log(best).mean()))
+                mark = "" if knob != "rp" or value in SHIPPED_RP else " (new)"
+                out.append(
+                    f"| {knob} | {value}{mark} | {takes:.0%} | {geo:.1%} | {(best >= 0.95).mean():.0%} |"
+                )
+        per_config = group.groupby("config").share.apply(lambda s: float(np.exp(np.log(s).mean())))
+        best_config = per_config.idxmax()
+        shipped = group[group.rp.isin([str(v) for v in SHIPPED_RP])]
+        shipped_oracle = shipped.groupby("matrix").seconds.min()
+        gain = float(np.exp(np.log(shipped_oracle / oracle).mean()))
+        shipped_share = shipped_oracle.reindex(shipped.matrix).to_numpy() / shipped.seconds
+        shipped_best = shipped.assign(share=shipped_share.to_numpy()).groupby("config").share
+        shipped_best = shipped_best.apply(lambda s: float(np.exp(np.log(s).mean())))
+        out.append("")
+        out.append(
+            f"Best fixed config {_knobs(best_config)}: {per_config.max():.1%} of the oracle "
+            f"(geomean). The new rp values speed the oracle up {gain:.3f}x over the shipped "
+            f"space's oracle. In the shipped space (rp in {list(SHIPPED_RP)}) the best fixed "
+            f"config {_knobs(shipped_best.idxmax())} reaches {shipped_best.max():.1%} of "
+            f"that space's oracle."
+        )
+        out.append("")
+    everywhere = frame.assign(share=_shares(frame)).groupby("config").share
+    everywhere = everywhere.apply(lambda s: float(np.exp(np.log(s).mean())))
+    out.append(
+        f"One config for every width and matrix: {_knobs(everywhere.idxmax())}, "
+        f"{everywhere.max():.1%} of the per-width oracle (geomean over matrices and widths)."
+    )
+    return "\n".join(out)
+
+
+def _knobs(config: str) -> dict:
+    return dict(zip(KNOBS, json.loads(config), strict=True))
+
+
+def _shares(frame: pd.DataFrame) -> np.ndarray:
+    """Each run's time over the fastest of its (matrix, width)."""
+    oracle = frame.groupby(["matrix", "width"]).seconds.transform("min")
+    return (oracle / frame.seconds).to_numpy()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sample", type=int, default=10)
+    parser.add_argument(
+        "--nnz", type=int, nargs=2, default=(5_000, 40_000), metavar=("LOW", "HIGH")
+    )
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--csv", type=Path)
+    parser.add_argument("--from-csv", type=Path)
+    args = parser.parse_args(argv)
+    if args.from_csv:
+        frame = pd.read_csv(args.from_csv)
+    else:
+        names = sample_matrices(args.sample, *args.nnz)
+        print(f"{len(names)} matrices: {', '.join(Path(n).name for n in names)}", flush=True)
+        with ProcessPoolExecutor(max_workers=args.workers) as pool:
+            frame = pd.DataFrame([row for rows in pool.map(audit_one, names) for row in rows])
+        if args.csv:
+            frame.to_csv(args.csv, index=False)
+    print(tables(frame))
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except CognateError as exc:  # bad input: one line, no traceback
+        sys.exit(f"error: {exc}")
