@@ -6,7 +6,7 @@ process, interleaved rounds (tuned, mkl, torch, scipy, tuned, ...), medians:
 - tuned: the user-facing ``result.kernel(B, out=C)`` (B read in place, C preallocated);
 - mkl: MKL's inspector-executor SpMM (``mkl_sparse_s_create_csr`` + ``mkl_sparse_set_mm_hint``
   + ``mkl_sparse_optimize`` once, outside the timed region; then ``mkl_sparse_s_mm`` into a
-  preallocated C per call; cognate/targets/cpu/library.py); its inspection time is printed
+  preallocated C per call; cognate/targets/cpu/measure/library.py); its inspection time is printed
   apart;
 - torch: ``torch.sparse.mm`` on a CSR tensor (int32 indices), as a PyTorch user calls it;
 - scipy: ``A @ B`` (single-threaded).
@@ -58,8 +58,8 @@ from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
-from cognate.targets.cpu import library  # noqa: E402
-from cognate.targets.cpu.kernel import mismatch, reference  # noqa: E402
+from cognate.targets.cpu.measure import library  # noqa: E402
+from cognate.targets.cpu.measure.check import mismatch, reference  # noqa: E402
 from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402
 
 QUICK_MATRIX = "dwt_878"

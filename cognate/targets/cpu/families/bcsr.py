@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from cognate.targets.cpu.families import FamilyKernel, FamilyPacked, index_maps
-from cognate.targets.cpu.pack import TooLarge, size_limit
+from cognate.targets.cpu.families import template
+from cognate.targets.cpu.families.base import PackSource, TooLarge, size_limit
+from cognate.targets.cpu.families.template import FamilyKernel, FamilyPacked, index_maps
 from cognate.targets.cpu.reorder import cached_cluster_rows
 from cognate.targets.cpu.structured import StructuredView
 
@@ -29,7 +30,7 @@ def cluster_order(view: StructuredView, blend: float) -> np.ndarray:
     return cached_cluster_rows(view.csr, view.key, float(blend))
 
 
-def pack(
+def pack_view(
     view: StructuredView,
     kernel: FamilyKernel,
     knobs: Mapping[str, Any],
@@ -73,3 +74,26 @@ def pack(
         nz_positions=nz_positions,
         stored_entries=int(vals.size + blocks.size + bptr.size),
     )
+
+
+# The family protocol (families/__init__.py): pack, source for a dense width, bind.
+def kernel_of(op: str, knobs: Mapping[str, Any], width: int) -> FamilyKernel:
+    """The checked compile-time part of a config (its runtime knobs checked too)."""
+    return template.kernel_of(op, knobs, width, None)
+
+
+def pack(
+    source: PackSource,
+    op: str,
+    knobs: Mapping[str, Any],
+    width: int,
+    max_entries: int | None = None,
+) -> FamilyPacked:
+    return pack_view(source.view, kernel_of(op, knobs, width), knobs, max_entries)
+
+
+def source(op: str, knobs: Mapping[str, Any], width: int) -> tuple[str, str, dict[str, Any]]:
+    return template.source(kernel_of(op, knobs, width), knobs)
+
+
+bind = template.bind
