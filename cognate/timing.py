@@ -423,3 +423,52 @@ def tied(a: Timed, b: Timed) -> bool:
 def leaders(timed: dict[str, Timed], among: list[str]) -> list[str]:
     """The two fastest names of ``among`` by median."""
     return sorted(among, key=lambda name: timed[name].median)[:2]
+
+
+# --- blocks: each call timed alone, after the other runtimes' threads have gone quiet -------
+# Intel OpenMP (MKL) keeps its threads spinning for KMP_BLOCKTIME = 200 ms after each parallel
+# region, libgomp (the kernels, torch) a shorter while: a call timed right after another
+# runtime's competes with those threads for the cores. So each call runs alone for a lead-in
+# longer than that spin, untimed, then a block of consecutive calls is timed.
+
+LEAD_IN_S = 0.25
+BLOCK_S = 0.02  # a block is as many consecutive calls as fill this
+
+
+def blocks(
+    calls: Mapping[str, Callable[[], Any]],
+    rounds: int = ROUNDS,
+    block_s: float = BLOCK_S,
+    lead_in_s: float = LEAD_IN_S,
+) -> dict[str, Timed]:
+    """Per round, each call in turn (the order rotating by one each round): its own calls,
+    untimed, for at least ``lead_in_s``, then a timed block of consecutive calls; a sample is
+    the block's seconds per call."""
+    names = list(calls)
+    numbers = {name: calls_per_sample(calls[name], block_s) for name in names}
+    timed = {name: Timed(name) for name in names}
+    for round_index in range(rounds):
+        shift = round_index % max(len(names), 1)
+        for name in names[shift:] + names[:shift]:
+            fn, number = calls[name], numbers[name]
+            quiet_at = time.perf_counter() + lead_in_s
+            while time.perf_counter() < quiet_at:
+                fn()
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            timed[name].samples.append((time.perf_counter() - start) / number)
+    return timed
+
+
+def time_blocks(
+    calls: Mapping[str, Callable[[], object]],
+    rounds: int,
+    threads: int | None = None,
+    on_wait: Callable[[str], object] | None = None,
+) -> tuple[dict[str, Timed], Load]:
+    """``blocks`` under the timing lock, with the load read first."""
+    with timing_lock(on_wait=on_wait or _to_stderr):
+        load = machine_load(threads, sample_s=0.1)
+        timed = blocks(dict(calls), rounds)
+    return timed, load
