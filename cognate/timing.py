@@ -440,20 +440,32 @@ def blocks(
     rounds: int = ROUNDS,
     block_s: float = BLOCK_S,
     lead_in_s: float = LEAD_IN_S,
+    runtime: Callable[[str], str] | None = None,
 ) -> dict[str, Timed]:
     """Per round, each call in turn (the order rotating by one each round): its own calls,
     untimed, for at least ``lead_in_s``, then a timed block of consecutive calls; a sample is
-    the block's seconds per call."""
+    the block's seconds per call.
+
+    ``runtime`` (name -> which threading runtime the call uses): the timed lead-in only where
+    the previous call's runtime differs (only another runtime's threads can still spin); after
+    a call of the same runtime the lead-in is one block's worth of calls."""
     names = list(calls)
     numbers = {name: calls_per_sample(calls[name], block_s) for name in names}
     timed = {name: Timed(name) for name in names}
+    previous = None
     for round_index in range(rounds):
         shift = round_index % max(len(names), 1)
         for name in names[shift:] + names[:shift]:
             fn, number = calls[name], numbers[name]
-            quiet_at = time.perf_counter() + lead_in_s
-            while time.perf_counter() < quiet_at:
-                fn()
+            own = runtime(name) if runtime is not None else None
+            if runtime is None or own != previous:
+                quiet_at = time.perf_counter() + lead_in_s
+                while time.perf_counter() < quiet_at:
+                    fn()
+            else:
+                for _ in range(number):
+                    fn()
+            previous = own
             start = time.perf_counter()
             for _ in range(number):
                 fn()

@@ -216,7 +216,7 @@ def main() -> None:
     header = (
         f"{'matrix':<28}{'nnz':>9}{'N':>5}{'tuned ms':>10}{'mkl ms':>9}{'torch ms':>10}"
         f"{'scipy ms':>10}{'mkl/tuned':>10}{'torch/tuned':>12}{'GFLOP/s':>9}{'GB/s':>7}"
-        f"{'%triad':>7}{'tun±%':>6}{'mkl±%':>6}{'mkl/t il':>8}{'mkl insp ms':>12}  "
+        f"{'%triad':>7}{'tun±%':>6}{'mkl±%':>6}{'mkl/t il':>8}{'mkl/bef':>9}{'mkl insp ms':>12}  "
         f"{'model data':<11}{'vec':>9} tuned pick"
     )
     if args.op == "sddmm":
@@ -302,6 +302,9 @@ def summary(rows: list[dict], passive: dict, widths: list[int], op: str = "spmm"
         ]
         if torch_found:
             line += f"; vs torch.sparse.mm {geomean(torch_found):.3f}x"
+        bef = [r["mkl/before"] for r in rows if r["width"] == width and r.get("mkl/before")]
+        if bef:
+            line += f"; before the vector knobs (256-bit picks) {geomean(bef):.3f}x"
         il = [r["mkl/tuned interleaved"] for r in rows if r["width"] == width]
         il = [x for x in il if x]
         if il:
@@ -383,6 +386,9 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
     )  # fmt: skip
     b = np.random.default_rng(0).uniform(-1, 1, (matrix.shape[1], width)).astype(np.float32)
     prepared, missing, inspect_s = calls(matrix, result.kernel, b, threads)
+    before = before_pick(result)
+    if before is not None:  # what the tuner picked before the vector knobs: timed alike
+        add_before(matrix, before, b, prepared, missing)
     timed = time_checked(matrix, width, prepared, missing, args.rounds, threads)
     if timed is None:
         return None
@@ -397,6 +403,9 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
     def ratio(name: str) -> str:
         return f"{med[name] / tuned:.3f}" if name in med else "-"
 
+    before_s = med.get("before", tuned)  # the same kernel when the pick did not change
+    mkl_before = med["mkl"] / before_s if "mkl" in med else float("nan")
+
     pick = pick_words(result)
     vec = pick_vector(result)
     gflops = 2 * matrix.nnz * width / tuned / 1e9
@@ -406,7 +415,7 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
         f"{ms('torch'):>10}{ms('scipy'):>10}{ratio('mkl'):>10}{ratio('torch'):>12}"
         f"{gflops:>9.2f}{gbs:>7.1f}{100 * gbs / stream:>7.1f}"
         f"{100 * spread['tuned']:>6.1f}{100 * spread.get('mkl', float('nan')):>6.1f}"
-        f"{il_ratio or float('nan'):>8.3f}"
+        f"{il_ratio or float('nan'):>8.3f}{mkl_before:>9.3f}"
         f"{inspect_s * 1e3:>12.2f}  {model_data(matrix.name):<11}{vec:>9} {pick.strip()}"
         + (f"  [{load.line()}]" if load.busy else "")
     )
@@ -417,6 +426,7 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
         "gflops": gflops, "pct_triad": 100 * gbs / stream, "mkl_inspect_s": inspect_s,
         "knobs": dict(result.config.knobs), "kept_baseline": result.kept_baseline,
         "vector": vec, "spread": spread, "mkl/tuned interleaved": il_ratio,
+        "mkl/before": mkl_before if "mkl" in med else None,
         "model_data": model_data(matrix.name),
         "busy": load.busy,
     }  # fmt: skip
@@ -437,6 +447,30 @@ def time_checked(
         {name: t.spread / t.median for name, t in timed.items()},
         load,
     )
+
+
+def before_pick(result):
+    """The config the same verify would have kept without the vector variants (the fastest
+    measured of the model's top-k and the baseline, as ``TuneResult.best`` decides), when it
+    differs from the pick; None otherwise."""
+    from dataclasses import replace
+
+    plain = [c for c in result.candidates if "vbits" not in c.config.knobs]
+    if len(plain) == len(result.candidates):
+        return None
+    config = replace(result, candidates=plain, _kernel=None).config
+    return None if config.hash == result.config.hash else config
+
+
+def add_before(matrix: Matrix, config, b: np.ndarray, prepared: dict, missing: dict) -> None:
+    """The ``before`` call: ``config``'s kernel as users call it, checked against scipy."""
+    from cognate.targets.cpu.tuned import ScheduleKernel
+
+    kernel = ScheduleKernel(matrix, "spmm", config)
+    c = np.empty((matrix.shape[0], b.shape[1]), dtype=np.float32)
+    call = {"before": lambda: kernel(b, out=c)}
+    drop_wrong(call, {"before": lambda: c}, reference(matrix.csr, "spmm", (b,)), missing)
+    prepared.update(call)
 
 
 def pick_vector(result) -> str:

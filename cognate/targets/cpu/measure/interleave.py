@@ -18,8 +18,11 @@ from typing import Any
 
 import numpy as np
 
+from cognate.targets.cpu.isa import host_isa
 from cognate.timing import (
+    LEAD_IN_S,
     MIN_SAMPLE_S,
+    blocks,
     interleaved,
     leaders,
     machine_load,
@@ -88,6 +91,12 @@ def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[st
     return calls, outcome
 
 
+def _runtime(name: str) -> str:
+    """The threading runtime behind a timed call: each library its own (MKL's Intel OpenMP,
+    torch's bundled one), every cognate kernel libgomp."""
+    return name if name.startswith("lib:") else "cognate"
+
+
 def save_job_matrix(matrix: Any, path: Path) -> None:
     """Write A's CSR and its optional row/col permutations for the job process."""
     csr = matrix.csr
@@ -126,9 +135,12 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     with timing_lock(on_wait=waiting):
         load = machine_load(job.get("threads"))
         outcome["load"] = {**load.as_dict(), "line": load.line(), "omp_wait_policy": policy}
-        timed = interleaved(
-            calls, job.get("rounds", ROUNDS), job.get("min_sample_s", MIN_SAMPLE_S), lead_in
-        )
+        outcome["load"]["isa"] = host_isa().line()
+        rounds, sample_s = job.get("rounds", ROUNDS), job.get("min_sample_s", MIN_SAMPLE_S)
+        if lead_in:  # spinning waits: blocks, 0.25 s alone after another runtime's calls
+            timed = blocks(calls, rounds, sample_s, LEAD_IN_S, runtime=_runtime)
+        else:
+            timed = interleaved(calls, rounds, sample_s, lead_in)
         remeasured: list[str] = []
         if len(configs) >= 2:
             first, second = leaders(timed, configs)
