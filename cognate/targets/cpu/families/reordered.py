@@ -43,7 +43,7 @@ import numpy as np
 
 from cognate.errors import CognateError
 from cognate.targets.cpu.families import template
-from cognate.targets.cpu.families.base import PackSource, TooLarge, size_limit
+from cognate.targets.cpu.families.base import TooLarge, size_limit
 from cognate.targets.cpu.families.template import FamilyKernel, FamilyPacked
 from cognate.targets.cpu.knobs import choice_knob
 from cognate.targets.cpu.orders import ORDERS, check_by, row_order
@@ -121,24 +121,5 @@ def pack_view(
     )
 
 
-# The family protocol (families/__init__.py): pack, source for a dense width, bind.
-def kernel_of(op: str, knobs: Mapping[str, Any], width: int) -> FamilyKernel:
-    """The checked compile-time part of a config (its runtime knobs checked too)."""
-    return template.kernel_of(op, knobs, width, check_knobs)
-
-
-def pack(
-    source: PackSource,
-    op: str,
-    knobs: Mapping[str, Any],
-    width: int,
-    max_entries: int | None = None,
-) -> FamilyPacked:
-    return pack_view(source.view, kernel_of(op, knobs, width), knobs, max_entries)
-
-
-def source(op: str, knobs: Mapping[str, Any], width: int) -> tuple[str, str, dict[str, Any]]:
-    return template.source(kernel_of(op, knobs, width), knobs)
-
-
-bind = template.bind
+# The family protocol (families/__init__.py): kernel_of, pack, source, bind.
+kernel_of, pack, source, bind = template.protocol(pack_view, check_knobs)

@@ -172,6 +172,31 @@ def index_maps(view: StructuredView) -> tuple[np.ndarray, np.ndarray]:
 # --- the family protocol's pack / source / bind, shared by the template families -------------
 
 
+PackView = Callable[[StructuredView, FamilyKernel, Mapping[str, Any], int | None], FamilyPacked]
+
+
+def protocol(pack_view: PackView, check_knobs: CheckKnobs | None) -> tuple[Callable, ...]:
+    """A template family's (kernel_of, pack, source, bind) from its own ``pack_view`` (S in
+    its layout) and ``check_knobs`` (its runtime knobs, if it has some)."""
+
+    def family_kernel(op: str, knobs: Mapping[str, Any], width: int) -> FamilyKernel:
+        """The checked compile-time part of a config (its runtime knobs checked too)."""
+        return kernel_of(op, knobs, width, check_knobs)
+
+    def pack(
+        source: Any, op: str, knobs: Mapping[str, Any], width: int, max_entries: int | None = None
+    ) -> FamilyPacked:
+        """A (a PackSource) packed through its structured view."""
+        return pack_view(source.view, family_kernel(op, knobs, width), knobs, max_entries)
+
+    def family_source(
+        op: str, knobs: Mapping[str, Any], width: int
+    ) -> tuple[str, str, dict[str, Any]]:
+        return source(family_kernel(op, knobs, width), knobs)
+
+    return family_kernel, pack, family_source, bind
+
+
 def source(kernel: FamilyKernel, knobs: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
     """(C source, entry point, runtime arguments) of a checked template-family kernel."""
     return generate_family_source(kernel), kernel.function, {"chunk": runtime_knob(knobs, "chunk")}
