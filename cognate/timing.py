@@ -22,14 +22,17 @@ stale lock behind.
 from __future__ import annotations
 
 import fcntl
+import math
 import os
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cognate.errors import CognateError
 from cognate.lifetime import proc_stat, process_tree
@@ -306,16 +309,13 @@ def time_interleaved(
     threads: int | None = None,
     on_wait: Callable[[str], object] | None = None,
 ) -> Timings:
-    """Time prepared ``calls`` in interleaved rounds (cognate.targets.cpu.interleave: a
+    """Time prepared ``calls`` in interleaved rounds (``interleaved``: a
     warm-up, samples of at least ``min_sample_s``, the order rotating each round) under the
     timing lock, with the load read first; medians per call.
 
     ``budget_s``: fewer rounds (at least 3) when ``rounds`` of them would take longer than
     that, as measured by the warm-up. ``on_wait`` defaults to a line on stderr.
     """
-    # Imported here: the interleaving lives with the cpu target, which imports numpy.
-    from cognate.targets.cpu.interleave import MIN_SAMPLE_S, interleaved
-
     min_sample_s = MIN_SAMPLE_S if min_sample_s is None else min_sample_s
     if budget_s is not None:
         rounds = _rounds_within(calls, rounds, min_sample_s, budget_s)
@@ -340,3 +340,147 @@ def _rounds_within(
 
 def _to_stderr(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
+
+
+# --- interleaved rounds: prepared calls timed round by round (A B C base lib, ...) -----------
+# Timing candidates one after another on a shared machine ranks them by whatever ran beside
+# each; rounds that visit every call in turn let a disturbance hit all of them alike, and the
+# median over rounds drops the rounds it hit hardest. Each call's result is checked against
+# scipy before any of its timings count (the caller's job).
+
+MIN_SAMPLE_S = 1e-3  # a sample is as many back-to-back calls as fill this
+ROUNDS = 7
+
+
+def wait_policy() -> str:
+    """The OpenMP wait policy this process runs under, in words."""
+    value = os.environ.get("OMP_WAIT_POLICY", "")
+    return value.lower() if value.lower() in ("active", "passive") else "default"
+
+
+@dataclass
+class Timed:
+    """Per-call seconds of one entry, one sample per round."""
+
+    name: str
+    samples: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return float(statistics.median(self.samples))
+
+    @property
+    def spread(self) -> float:
+        """Interquartile range of the samples: the noise one comparison must clear."""
+        if len(self.samples) < 2:
+            return 0.0
+        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
+        return float(q3 - q1)
+
+
+def calls_per_sample(fn: Callable[[], Any], min_sample_s: float = MIN_SAMPLE_S) -> int:
+    """Run ``fn`` once (a warm-up) and return how many calls fill ``min_sample_s``."""
+    start = time.perf_counter()
+    fn()
+    first = max(time.perf_counter() - start, 1e-7)
+    return max(1, math.ceil(min_sample_s / first))
+
+
+def interleaved(
+    calls: dict[str, Callable[[], Any]],
+    rounds: int = ROUNDS,
+    min_sample_s: float = MIN_SAMPLE_S,
+    lead_in: bool = False,
+) -> dict[str, Timed]:
+    """Time every call once per round, ``rounds`` rounds; the order rotates by one each round
+    so no call always runs right after the same neighbour (whose cache footprint it sees).
+
+    ``lead_in``: each sample is preceded by as many untimed calls. Under default OpenMP waits
+    a runtime's threads spin a while after its last call; torch's bundled runtime is not the
+    one MKL and the kernels share, so its spinning threads would take a core from the first
+    calls after it. After the lead-in each call runs as in a user's own loop."""
+    names = list(calls)
+    numbers = {name: calls_per_sample(calls[name], min_sample_s) for name in names}
+    timed = {name: Timed(name) for name in names}
+    for round_index in range(rounds):
+        shift = round_index % max(len(names), 1)
+        for name in names[shift:] + names[:shift]:
+            fn, number = calls[name], numbers[name]
+            for _ in range(number if lead_in else 0):
+                fn()
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            timed[name].samples.append((time.perf_counter() - start) / number)
+    return timed
+
+
+def tied(a: Timed, b: Timed) -> bool:
+    """Whether two medians are closer than the larger of their spreads."""
+    return abs(a.median - b.median) <= max(a.spread, b.spread)
+
+
+def leaders(timed: dict[str, Timed], among: list[str]) -> list[str]:
+    """The two fastest names of ``among`` by median."""
+    return sorted(among, key=lambda name: timed[name].median)[:2]
+
+
+# --- blocks: each call timed alone, after the other runtimes' threads have gone quiet -------
+# Intel OpenMP (MKL) keeps its threads spinning for KMP_BLOCKTIME = 200 ms after each parallel
+# region, libgomp (the kernels, torch) a shorter while: a call timed right after another
+# runtime's competes with those threads for the cores. So each call runs alone for a lead-in
+# longer than that spin, untimed, then a block of consecutive calls is timed.
+
+LEAD_IN_S = 0.25
+BLOCK_S = 0.02  # a block is as many consecutive calls as fill this
+
+
+def blocks(
+    calls: Mapping[str, Callable[[], Any]],
+    rounds: int = ROUNDS,
+    block_s: float = BLOCK_S,
+    lead_in_s: float = LEAD_IN_S,
+    runtime: Callable[[str], str] | None = None,
+) -> dict[str, Timed]:
+    """Per round, each call in turn (the order rotating by one each round): its own calls,
+    untimed, for at least ``lead_in_s``, then a timed block of consecutive calls; a sample is
+    the block's seconds per call.
+
+    ``runtime`` (name -> which threading runtime the call uses): the timed lead-in only where
+    the previous call's runtime differs (only another runtime's threads can still spin); after
+    a call of the same runtime the lead-in is one block's worth of calls."""
+    names = list(calls)
+    numbers = {name: calls_per_sample(calls[name], block_s) for name in names}
+    timed = {name: Timed(name) for name in names}
+    previous = None
+    for round_index in range(rounds):
+        shift = round_index % max(len(names), 1)
+        for name in names[shift:] + names[:shift]:
+            fn, number = calls[name], numbers[name]
+            own = runtime(name) if runtime is not None else None
+            if runtime is None or own != previous:
+                quiet_at = time.perf_counter() + lead_in_s
+                while time.perf_counter() < quiet_at:
+                    fn()
+            else:
+                for _ in range(number):
+                    fn()
+            previous = own
+            start = time.perf_counter()
+            for _ in range(number):
+                fn()
+            timed[name].samples.append((time.perf_counter() - start) / number)
+    return timed
+
+
+def time_blocks(
+    calls: Mapping[str, Callable[[], object]],
+    rounds: int,
+    threads: int | None = None,
+    on_wait: Callable[[str], object] | None = None,
+) -> tuple[dict[str, Timed], Load]:
+    """``blocks`` under the timing lock, with the load read first."""
+    with timing_lock(on_wait=on_wait or _to_stderr):
+        load = machine_load(threads, sample_s=0.1)
+        timed = blocks(dict(calls), rounds)
+    return timed, load

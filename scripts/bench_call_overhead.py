@@ -28,8 +28,8 @@ from cognate.errors import CognateError
 from cognate.io import load_matrix
 from cognate.matrix import Matrix
 from cognate.paths import shared_dir
-from cognate.targets.cpu import library
-from cognate.targets.cpu.kernel import mismatch, reference
+from cognate.targets.cpu.measure import library
+from cognate.targets.cpu.measure.check import mismatch, reference
 from cognate.targets.cpu.space import make_space
 from cognate.targets.cpu.tuned import ScheduleKernel
 from cognate.timing import time_interleaved

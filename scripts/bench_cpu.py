@@ -24,7 +24,7 @@ from cognate.timing import early_threads, time_interleaved
 
 early_threads(sys.argv)  # --threads N reaches OpenMP, MKL and torch before they load
 
-from cognate.targets.cpu.library import export_mkl_rt_env  # noqa: E402
+from cognate.targets.cpu.measure.library import export_mkl_rt_env  # noqa: E402
 
 export_mkl_rt_env()  # sparse_dot_mkl finds MKL through $MKL_RT
 
@@ -37,9 +37,11 @@ from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
-from cognate.targets.cpu.kernel import KernelCall, dense_operands, mismatch, reference  # noqa: E402
-from cognate.targets.cpu.pack import TooLarge  # noqa: E402
-from cognate.targets.cpu.runner import CpuRunner, prepare_kernel  # noqa: E402
+from cognate.targets.cpu.call import BoundKernel  # noqa: E402
+from cognate.targets.cpu.families import TooLarge  # noqa: E402
+from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
+from cognate.targets.cpu.measure.runner import CpuRunner  # noqa: E402
+from cognate.targets.cpu.run import prepare_kernel  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
 from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402
 
@@ -63,7 +65,7 @@ def load_matrices(args: argparse.Namespace) -> list[Matrix]:
 
 def kernel_call(
     matrix: Matrix, op: str, knobs: dict, operands: tuple[np.ndarray, ...]
-) -> KernelCall:
+) -> BoundKernel:
     """A packed, compiled kernel reading ``operands`` in place (the package's own call)."""
     return prepare_kernel(matrix, op, knobs, *operands)
 
@@ -90,7 +92,7 @@ def best_sampled(
     operands: tuple[np.ndarray, ...],
     base_s: float,
     args: argparse.Namespace,
-) -> tuple[KernelCall | None, int, int]:
+) -> tuple[BoundKernel | None, int, int]:
     """The best sampled config: the runner's top 3 re-timed here (one noisy median from the
     runner would otherwise favour a lucky config)."""
     width = operands[0].shape[1]

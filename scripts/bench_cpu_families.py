@@ -15,7 +15,7 @@ import argparse
 import os
 from collections.abc import Callable
 
-from cognate.targets.cpu.library import export_mkl_rt_env
+from cognate.targets.cpu.measure.library import export_mkl_rt_env
 
 export_mkl_rt_env()  # sparse_dot_mkl finds MKL through $MKL_RT
 
@@ -24,9 +24,9 @@ import torch  # noqa: E402
 
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.synth import generate  # noqa: E402
-from cognate.targets.cpu.kernel import dense_operands, mismatch, reference  # noqa: E402
-from cognate.targets.cpu.pack import TooLarge  # noqa: E402
-from cognate.targets.cpu.runner import prepare_kernel  # noqa: E402
+from cognate.targets.cpu.families import TooLarge  # noqa: E402
+from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
+from cognate.targets.cpu.run import prepare_kernel  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
 from cognate.timing import time_interleaved  # noqa: E402
 

@@ -28,10 +28,9 @@ from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
-from cognate.targets.cpu import library  # noqa: E402
-from cognate.targets.cpu.families import build_kernel, make_call  # noqa: E402
-from cognate.targets.cpu.kernel import dense_operands, mismatch, reference  # noqa: E402
-from cognate.targets.cpu.pack import pack  # noqa: E402
+from cognate.targets.cpu import families  # noqa: E402
+from cognate.targets.cpu.measure import library  # noqa: E402
+from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,9 +69,9 @@ def bench_one(matrix: Matrix, width: int, revision: str, rounds: int, threads: i
     calls = {}
     for name, lib in (
         ("before", before_library(revision, width)),
-        ("now", str(build_kernel("spmm", knobs, width))),
+        ("now", families.build("spmm", knobs, width)),
     ):
-        call = make_call(lib, pack(matrix, "spmm", knobs, width=width), knobs, operands)
+        call = families.bind(families.pack(matrix, "spmm", knobs, width), knobs, operands, lib)
         call()
         problem = mismatch(call.result(), ref, tol)
         if problem:  # a wrong result never produces a timing

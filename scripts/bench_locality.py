@@ -8,9 +8,9 @@ once; SDDMM: torch.sparse.sampled_addmm). The grid:
 
 - ``reordered``: rows run in a reverse Cuthill-McKee / degree-sorted / clustered order
   (``by``), rows only or rows and columns with B gathered in the call (``symmetric``), dense
-  strips of ``strip`` columns (cognate/targets/cpu/reordered.py);
+  strips of ``strip`` columns (cognate/targets/cpu/families/reordered.py);
 - ``panel``: ASpT-style column panels of ``pcols`` columns over blocks of ``rblock`` rows
-  (cognate/targets/cpu/panel.py).
+  (cognate/targets/cpu/families/panel.py).
 
 Printed per width, over the matrices: the oracle (the fastest config, per matrix) over the
 baseline; the best single fixed config chosen leave-one-out (on the other matrices, by
@@ -49,11 +49,10 @@ from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
-from cognate.targets.cpu import library  # noqa: E402
-from cognate.targets.cpu.families import build_kernel, make_call  # noqa: E402
+from cognate.targets.cpu import families  # noqa: E402
 from cognate.targets.cpu.fastcall import ArgvCall  # noqa: E402
-from cognate.targets.cpu.kernel import dense_operands, mismatch, reference  # noqa: E402
-from cognate.targets.cpu.pack import TooLarge, pack  # noqa: E402
+from cognate.targets.cpu.measure import library  # noqa: E402
+from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
 
 BASELINE = "baseline"
@@ -113,14 +112,14 @@ def prepared_calls(matrix: Matrix, op: str, width: int, threads: int) -> tuple[d
     shared: dict[str, np.ndarray] = {}
     for name, knobs in configs.items():
         try:
-            lib = str(build_kernel(op, knobs, width))
+            lib = families.build(op, knobs, width)
             start = time.perf_counter()
-            packed = pack(matrix, op, knobs, width=width)
+            packed = families.pack(matrix, op, knobs, width)
             inspect_s = time.perf_counter() - start
-            call = make_call(lib, packed, knobs, operands)
+            call = families.bind(packed, knobs, operands, lib)
             call()
             problem = mismatch(call.result(), ref, tol)
-        except TooLarge as exc:
+        except families.TooLarge as exc:
             facts[name] = {"error": f"too large: {exc}"}
             continue
         except CognateError as exc:
@@ -163,16 +162,16 @@ def kept_calls(
 
     ref, tol = checked
     knobs = dict(make_space("spmm").baseline(matrix.shape).knobs)
-    lib = str(build_kernel("spmm", knobs, width))
+    lib = families.build("spmm", knobs, width)
     for by in ORDERS:
         start = time.perf_counter()
         nodes = node_order(matrix.csr, by)  # what TunedSparse(order=by) runs
         order = nodes.perm.numpy()
         permuted = Matrix(f"{matrix.name}-{by}", nodes.apply(matrix.csr))
         b = np.ascontiguousarray(nodes.to_order(operands[0]))
-        packed = pack(permuted, "spmm", knobs, width=width)
+        packed = families.pack(permuted, "spmm", knobs, width)
         inspect_s = time.perf_counter() - start
-        call = make_call(lib, packed, knobs, (b,))
+        call = families.bind(packed, knobs, (b,), lib)
         call()
         problem = mismatch(call.result(), ref[order], tol[order])
         name = f"kept:{by}"

@@ -34,7 +34,7 @@ from cognate.timing import early_threads, time_interleaved
 # --threads N (default 2) reaches OpenMP, MKL and torch before they load.
 THREADS = early_threads(sys.argv, default=2) or 2
 
-from cognate.targets.cpu.library import export_mkl_rt_env  # noqa: E402
+from cognate.targets.cpu.measure.library import export_mkl_rt_env  # noqa: E402
 
 export_mkl_rt_env()  # sparse_dot_mkl finds MKL through $MKL_RT
 
@@ -47,8 +47,9 @@ from cognate.config import Config  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.synth import LAYER_SHAPES, LAYER_SPARSITIES, STRUCTURED_KINDS, generate  # noqa: E402
-from cognate.targets.cpu.kernel import dense_operands, mismatch, reference  # noqa: E402
-from cognate.targets.cpu.runner import CpuRunner, prepare_kernel  # noqa: E402
+from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
+from cognate.targets.cpu.measure.runner import CpuRunner  # noqa: E402
+from cognate.targets.cpu.run import prepare_kernel  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
 
 console = Console(width=220)

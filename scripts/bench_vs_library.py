@@ -1,12 +1,18 @@
 """Benchmark the tuned cpu SpMM (or SDDMM) as a user runs it, against the strongest library paths.
 
 For each matrix and dense width: ``cognate.tune(matrix, top_k=5, verify=True)``, then in one
-process, interleaved rounds (tuned, mkl, torch, scipy, tuned, ...), medians:
+process each call timed in blocks: per round, each in turn (the order rotating each round)
+runs alone, untimed, for 0.25 s (longer than Intel OpenMP's 200 ms spin after a call, so no
+other runtime's threads still hold a core), then a timed block of consecutive calls; medians
+of the rounds with their interquartile spread. The same calls timed in interleaved rounds
+(single samples back to back, tuned, mkl, torch, ...) are printed in their own labelled
+column (``mkl/tuned il``). The host's ISA heads the output and each pick's vector width
+(``vec``: bits, or its kernel family) is printed beside it:
 
 - tuned: the user-facing ``result.kernel(B, out=C)`` (B read in place, C preallocated);
 - mkl: MKL's inspector-executor SpMM (``mkl_sparse_s_create_csr`` + ``mkl_sparse_set_mm_hint``
   + ``mkl_sparse_optimize`` once, outside the timed region; then ``mkl_sparse_s_mm`` into a
-  preallocated C per call; cognate/targets/cpu/library.py); its inspection time is printed
+  preallocated C per call; cognate/targets/cpu/measure/library.py); its inspection time is printed
   apart;
 - torch: ``torch.sparse.mm`` on a CSR tensor (int32 indices), as a PyTorch user calls it;
 - scipy: ``A @ B`` (single-threaded).
@@ -44,7 +50,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from cognate.timing import early_threads, time_interleaved
+from cognate.timing import early_threads, time_blocks, time_interleaved
 
 # --threads N reaches OpenMP before any runtime loads; --passive (the child run of the
 # passive column) sets passive waits the same way. Nothing else is set: default waits.
@@ -58,8 +64,8 @@ from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
-from cognate.targets.cpu import library  # noqa: E402
-from cognate.targets.cpu.kernel import mismatch, reference  # noqa: E402
+from cognate.targets.cpu.measure import library  # noqa: E402
+from cognate.targets.cpu.measure.check import mismatch, reference  # noqa: E402
 from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402
 
 QUICK_MATRIX = "dwt_878"
@@ -201,11 +207,17 @@ def main() -> None:
         passive_rows(args, threads)
         return
     stream = stream_triad_gbs()
-    print(f"threads {threads}; OpenMP waits {wait_words()}; STREAM triad {stream:.1f} GB/s")
+    from cognate.targets.cpu.isa import host_isa
+
+    print(
+        f"{host_isa().line()}; threads {threads}; OpenMP waits {wait_words()};"
+        f" STREAM triad {stream:.1f} GB/s"
+    )
     header = (
         f"{'matrix':<28}{'nnz':>9}{'N':>5}{'tuned ms':>10}{'mkl ms':>9}{'torch ms':>10}"
         f"{'scipy ms':>10}{'mkl/tuned':>10}{'torch/tuned':>12}{'GFLOP/s':>9}{'GB/s':>7}"
-        f"{'%triad':>7}{'mkl insp ms':>12}  {'model data':<11} tuned pick"
+        f"{'%triad':>7}{'tun±%':>6}{'mkl±%':>6}{'mkl/t il':>8}{'mkl/bef':>9}{'mkl insp ms':>12}  "
+        f"{'model data':<11}{'vec':>9} tuned pick"
     )
     if args.op == "sddmm":
         header = header.replace("   mkl ms", " " * 9).replace("mkl/tuned", " " * 9)
@@ -290,6 +302,16 @@ def summary(rows: list[dict], passive: dict, widths: list[int], op: str = "spmm"
         ]
         if torch_found:
             line += f"; vs torch.sparse.mm {geomean(torch_found):.3f}x"
+        bef = [r["mkl/before"] for r in rows if r["width"] == width and r.get("mkl/before")]
+        if bef:
+            line += f"; before the vector knobs (256-bit picks) {geomean(bef):.3f}x"
+        il = [r["mkl/tuned interleaved"] for r in rows if r["width"] == width]
+        il = [x for x in il if x]
+        if il:
+            line += f"; interleaved (separate column) {geomean(il):.3f}x"
+        picks = [r["vector"] for r in rows if r["width"] == width]
+        shares = {v: picks.count(v) for v in sorted(set(picks))}
+        line += "; picks: " + ", ".join(f"{v} {n}/{len(picks)}" for v, n in shares.items())
         pas = [passive[k] for k in passive if k.endswith(f":{width}")]
         if pas:
             line += f"; passive waits (separate column) {geomean(pas):.3f}x over {len(pas)}"
@@ -364,11 +386,16 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
     )  # fmt: skip
     b = np.random.default_rng(0).uniform(-1, 1, (matrix.shape[1], width)).astype(np.float32)
     prepared, missing, inspect_s = calls(matrix, result.kernel, b, threads)
+    before = before_pick(result)
+    if before is not None:  # what the tuner picked before the vector knobs: timed alike
+        add_before(matrix, before, b, prepared, missing)
     timed = time_checked(matrix, width, prepared, missing, args.rounds, threads)
     if timed is None:
         return None
-    med, load = timed.seconds, timed.load
+    med, spread, load = timed
     tuned = med["tuned"]
+    il = time_interleaved(prepared, args.rounds, threads=threads).seconds
+    il_ratio = il["mkl"] / il["tuned"] if "mkl" in il else None
 
     def ms(name: str) -> str:
         return f"{med[name] * 1e3:.3f}" if name in med else "-"
@@ -376,14 +403,20 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
     def ratio(name: str) -> str:
         return f"{med[name] / tuned:.3f}" if name in med else "-"
 
+    before_s = med.get("before", tuned)  # the same kernel when the pick did not change
+    mkl_before = med["mkl"] / before_s if "mkl" in med else float("nan")
+
     pick = pick_words(result)
+    vec = pick_vector(result)
     gflops = 2 * matrix.nnz * width / tuned / 1e9
     gbs = bytes_moved(matrix, width) / tuned / 1e9
     print(
         f"{matrix.name[:27]:<28}{matrix.nnz:>9}{width:>5}{ms('tuned'):>10}{ms('mkl'):>9}"
         f"{ms('torch'):>10}{ms('scipy'):>10}{ratio('mkl'):>10}{ratio('torch'):>12}"
         f"{gflops:>9.2f}{gbs:>7.1f}{100 * gbs / stream:>7.1f}"
-        f"{inspect_s * 1e3:>12.2f}  {model_data(matrix.name):<11} {pick.strip()}"
+        f"{100 * spread['tuned']:>6.1f}{100 * spread.get('mkl', float('nan')):>6.1f}"
+        f"{il_ratio or float('nan'):>8.3f}{mkl_before:>9.3f}"
+        f"{inspect_s * 1e3:>12.2f}  {model_data(matrix.name):<11}{vec:>9} {pick.strip()}"
         + (f"  [{load.line()}]" if load.busy else "")
     )
     return {
@@ -392,6 +425,8 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
         "torch/tuned": med["torch"] / tuned if "torch" in med else None,
         "gflops": gflops, "pct_triad": 100 * gbs / stream, "mkl_inspect_s": inspect_s,
         "knobs": dict(result.config.knobs), "kept_baseline": result.kept_baseline,
+        "vector": vec, "spread": spread, "mkl/tuned interleaved": il_ratio,
+        "mkl/before": mkl_before if "mkl" in med else None,
         "model_data": model_data(matrix.name),
         "busy": load.busy,
     }  # fmt: skip
@@ -406,7 +441,49 @@ def time_checked(
         print(f"  {matrix.name} N={width}: {name} not timed: {why}", file=sys.stderr)
     if "tuned" not in prepared:
         return None
-    return time_interleaved(prepared, rounds, threads=threads)
+    timed, load = time_blocks(prepared, rounds, threads=threads)
+    return (
+        {name: t.median for name, t in timed.items()},
+        {name: t.spread / t.median for name, t in timed.items()},
+        load,
+    )
+
+
+def before_pick(result):
+    """The config the same verify would have kept without the vector variants (the fastest
+    measured of the model's top-k and the baseline, as ``TuneResult.best`` decides), when it
+    differs from the pick; None otherwise."""
+    from dataclasses import replace
+
+    plain = [c for c in result.candidates if "vbits" not in c.config.knobs]
+    if len(plain) == len(result.candidates):
+        return None
+    config = replace(result, candidates=plain, _kernel=None).config
+    return None if config.hash == result.config.hash else config
+
+
+def add_before(matrix: Matrix, config, b: np.ndarray, prepared: dict, missing: dict) -> None:
+    """The ``before`` call: ``config``'s kernel as users call it, checked against scipy."""
+    from cognate.targets.cpu.tuned import ScheduleKernel
+
+    kernel = ScheduleKernel(matrix, "spmm", config)
+    c = np.empty((matrix.shape[0], b.shape[1]), dtype=np.float32)
+    call = {"before": lambda: kernel(b, out=c)}
+    drop_wrong(call, {"before": lambda: c}, reference(matrix.csr, "spmm", (b,)), missing)
+    prepared.update(call)
+
+
+def pick_vector(result) -> str:
+    """The pick's vector width in bits (a plain CSR SpMM config without vector knobs runs the
+    256-bit kernel), or its kernel family's name for the other kernels."""
+    from cognate.targets.cpu.vector import is_plain_csr_spmm
+
+    config = result.config
+    if "vbits" in config.knobs:
+        return str(config["vbits"])
+    if is_plain_csr_spmm(config):
+        return "256"
+    return config.knobs.get("family", "csr-nest")
 
 
 def pick_words(result) -> str:
@@ -427,7 +504,7 @@ def bench_sddmm(matrix: Matrix, width: int, threads: int, args, stream: float) -
     timed = time_checked(matrix, width, prepared, missing, args.rounds, threads)
     if timed is None:
         return None
-    med, load = timed.seconds, timed.load
+    med, spread, load = timed
     tuned = med["tuned"]
     gflops = 2 * matrix.nnz * width / tuned / 1e9
     gbs = bytes_moved(matrix, width, "sddmm") / tuned / 1e9
@@ -445,6 +522,7 @@ def bench_sddmm(matrix: Matrix, width: int, threads: int, args, stream: float) -
         "seconds": med, "torch/tuned": med["torch"] / tuned if "torch" in med else None,
         "gflops": gflops, "pct_triad": 100 * gbs / stream,
         "knobs": dict(result.config.knobs), "kept_baseline": result.kept_baseline,
+        "spread": spread,
         "model_data": data, "busy": load.busy,
     }  # fmt: skip
 

@@ -22,7 +22,7 @@ from scipy.stats import spearmanr
 
 from cognate.io import load_matrix
 from cognate.paths import shared_dir
-from cognate.targets.cpu.runner import CpuRunner
+from cognate.targets.cpu.measure.runner import CpuRunner
 from cognate.targets.cpu.waco import WACO_WIDTH, peer_files, read_peer_file
 
 console = Console(width=160)

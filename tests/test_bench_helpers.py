@@ -14,8 +14,8 @@ import pytest
 
 from cognate import timing
 from cognate.synth import generate, synthetic_pair
-from cognate.targets.cpu import library
-from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
+from cognate.targets.cpu.measure import library
+from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference
 from cognate.targets.cpu.space import make_space
 
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"

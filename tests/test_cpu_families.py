@@ -20,10 +20,11 @@ from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.io import load_matrix
 from cognate.matrix import Matrix, canonicalize
-from cognate.targets.cpu.families import kernel_source, pack_family
-from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
-from cognate.targets.cpu.pack import TooLarge, pack
-from cognate.targets.cpu.runner import CpuRunner, run_config
+from cognate.targets.cpu.families import TooLarge, kernel_source, pack
+from cognate.targets.cpu.families import pack as pack_family
+from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference
+from cognate.targets.cpu.measure.runner import CpuRunner
+from cognate.targets.cpu.run import run_config
 from cognate.targets.cpu.space import CpuSpace, make_space
 from cognate.targets.spade.space import SpadeSpace
 
@@ -354,7 +355,7 @@ def test_real_matrices_match_scipy(name: str, shared: Path, runner: CpuRunner) -
 def test_dia_refuses_a_general_matrix_immediately(
     shared: Path, runner: CpuRunner, monkeypatch
 ) -> None:
-    from cognate.targets.cpu import dia as dia_module
+    from cognate.targets.cpu.families import dia as dia_module
 
     matrix = load_matrix(shared / "matrices" / "suitesparse" / "rajat19.mtx.gz")
     dia = _configs("spmm")[0]

@@ -21,9 +21,10 @@ from cognate.targets.cpu.codegen import (
     loop_nest_source,
     structure_of,
 )
-from cognate.targets.cpu.kernel import KernelCall, dense_operands, mismatch, reference
-from cognate.targets.cpu.pack import TooLarge, pack, size_limit
-from cognate.targets.cpu.runner import prepare_kernel, run_config
+from cognate.targets.cpu.families import TooLarge, pack, size_limit
+from cognate.targets.cpu.families.csr import KernelCall
+from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference
+from cognate.targets.cpu.run import prepare_kernel, run_config
 from cognate.targets.cpu.space import make_space
 
 WIDTH = 33  # not a multiple of any vector width: the dense loops have tails

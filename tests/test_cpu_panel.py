@@ -20,10 +20,10 @@ from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.io import load_matrix
 from cognate.matrix import Matrix, canonicalize
-from cognate.targets.cpu.families import kernel_source, pack_family
-from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
-from cognate.targets.cpu.pack import TooLarge
-from cognate.targets.cpu.runner import prepare_kernel, run_config
+from cognate.targets.cpu.families import TooLarge, kernel_source
+from cognate.targets.cpu.families import pack as pack_family
+from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference
+from cognate.targets.cpu.run import prepare_kernel, run_config
 from cognate.targets.cpu.tuned import ScheduleKernel, TunedKernel
 
 OPS = ("spmm", "sddmm")

@@ -18,20 +18,15 @@ from cases import permuted
 from cognate.errors import CognateError
 from cognate.io import load_matrix
 from cognate.matrix import Matrix, canonicalize
-from cognate.targets.cpu.families import (
-    build_kernel,
-    generate_family_source,
-    kernel_of,
-    kernel_source,
-    pack_family,
-    view_of,
-)
-from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
+from cognate.targets.cpu.families import TooLarge, kernel_of, kernel_source, view_of
+from cognate.targets.cpu.families import build as build_kernel
+from cognate.targets.cpu.families import pack as pack_family
+from cognate.targets.cpu.families.reordered import STRIPS
+from cognate.targets.cpu.families.template import generate_family_source
+from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference
 from cognate.targets.cpu.orders import ORDERS, row_order
-from cognate.targets.cpu.pack import TooLarge
 from cognate.targets.cpu.reorder import cached_cluster_rows
-from cognate.targets.cpu.reordered import STRIPS
-from cognate.targets.cpu.runner import run_config
+from cognate.targets.cpu.run import run_config
 from cognate.targets.cpu.tuned import ScheduleKernel
 
 SETTINGS = [(by, sym, strip) for by in ORDERS for sym in (0, 1) for strip in STRIPS]
@@ -332,7 +327,7 @@ def test_the_isolated_runner_measures_reordered_configs(shared: Path) -> None:
     """Through CpuRunner's worker (pack, check against scipy, time): Configs built by hand,
     as the family is not in the schedule space yet."""
     from cognate.config import Config
-    from cognate.targets.cpu.runner import CpuRunner
+    from cognate.targets.cpu.measure.runner import CpuRunner
 
     runner = CpuRunner(repeats=1, warmup=0, timeout_s=20.0)
     try:

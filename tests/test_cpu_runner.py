@@ -16,9 +16,10 @@ from cognate.matrix import Matrix
 from cognate.runner import Measurement
 from cognate.targets import get_target
 from cognate.targets.cpu.codegen import compile_structure
-from cognate.targets.cpu.kernel import KernelCall, dense_operands, mismatch, reference
-from cognate.targets.cpu.pack import pack
-from cognate.targets.cpu.runner import CpuRunner
+from cognate.targets.cpu.families import pack
+from cognate.targets.cpu.families.csr import KernelCall
+from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference
+from cognate.targets.cpu.measure.runner import CpuRunner
 from cognate.targets.cpu.space import make_space
 
 SPMM_SIGNATURE = """

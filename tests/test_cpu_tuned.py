@@ -20,9 +20,9 @@ from cognate.errors import CognateError
 from cognate.io import load_matrix
 from cognate.search import Candidate, Timings, TuneResult
 from cognate.targets import get_target
-from cognate.targets.cpu import library
-from cognate.targets.cpu.interleave import Timed, interleaved, tied
+from cognate.targets.cpu.measure import library
 from cognate.targets.cpu.tuned import TunedKernel
+from cognate.timing import Timed, interleaved, tied
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -39,7 +39,7 @@ def _result(matrix, op: str, config, width: int) -> TuneResult:
 
 def _family_configs(space, matrix, families=("csr", "dia", "bcsr")):
     """The baseline and the first sampled config of each other family that fits."""
-    from cognate.targets.cpu.pack import TooLarge, pack
+    from cognate.targets.cpu.families import TooLarge, pack
 
     found = {"csr": space.baseline(matrix.shape)}
     for config in space.sample(200, seed=5, shape=matrix.shape):
@@ -268,7 +268,7 @@ def test_verify_job_checks_then_times_under_the_timing_lock(
     """The timed rounds wait for the machine-wide timing lock (held by another process
     here); a config whose layout is over the size limit gets its status, never a time."""
     from cognate import timing
-    from cognate.targets.cpu.interleave import run_job, save_job_matrix
+    from cognate.targets.cpu.measure.interleave import run_job, save_job_matrix
 
     monkeypatch.setenv(timing.LOCK_ENV, str(tmp_path / "timing.lock"))
     monkeypatch.setenv(timing.JOBS_ENV, str(tmp_path / "jobs"))
@@ -324,7 +324,7 @@ def test_verify_job_checks_then_times_under_the_timing_lock(
 
 
 def _too_large(matrix, config) -> bool:
-    from cognate.targets.cpu.pack import TooLarge, pack
+    from cognate.targets.cpu.families import TooLarge, pack
 
     try:
         pack(matrix, "spmm", config.knobs, width=8)
@@ -337,7 +337,7 @@ def test_verify_job_refuses_to_time_a_config_over_the_time_limit(
     dwt, tmp_path, monkeypatch
 ) -> None:
     from cognate import timing
-    from cognate.targets.cpu.interleave import run_job, save_job_matrix
+    from cognate.targets.cpu.measure.interleave import run_job, save_job_matrix
 
     monkeypatch.setenv(timing.LOCK_ENV, str(tmp_path / "timing.lock"))
     space = get_target("cpu").space("spmm")

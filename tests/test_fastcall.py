@@ -12,12 +12,12 @@ from cognate.errors import CognateError
 from cognate.io import load_matrix
 from cognate.matrix import Matrix
 from cognate.targets.cpu.fastcall import ArgvCall, trampoline_source
-from cognate.targets.cpu.interleave import interleaved
-from cognate.targets.cpu.kernel import mismatch, reference
-from cognate.targets.cpu.runner import prepare_kernel
+from cognate.targets.cpu.measure.check import mismatch, reference
+from cognate.targets.cpu.measure.verify import _thread_env
+from cognate.targets.cpu.run import prepare_kernel
 from cognate.targets.cpu.space import make_space
 from cognate.targets.cpu.tuned import ScheduleKernel
-from cognate.targets.cpu.verify import _thread_env, wait_policy
+from cognate.timing import interleaved, wait_policy
 
 
 @pytest.mark.parametrize("counts", [(0, 0), (30, 11), (-1, 3), (True, 2), (2.0, 1)])

@@ -353,7 +353,7 @@ def test_new_values_written_at_value_slots_are_used_by_every_family() -> None:
     SDDMM: the next call computes with the new values; sddmm_values equals the CSR result."""
     from cognate.matrix import Matrix as M
     from cognate.targets import get_target
-    from cognate.targets.cpu.pack import TooLarge, pack
+    from cognate.targets.cpu.families import TooLarge, pack
     from cognate.targets.cpu.tuned import TunedKernel
 
     layer = synth.generate("kdiag", 96, 64, sparsity=0.9, seed=7, permute="both")

@@ -31,7 +31,7 @@ from cognate.model.train import train
 from cognate.search import load_model
 from cognate.store import Store
 from cognate.targets import get_target
-from cognate.targets.cpu.pack import pack
+from cognate.targets.cpu.families import pack
 from cognate.targets.spade.simulator import Machine, simulate, tile
 
 WIDTH = 32
@@ -282,7 +282,7 @@ def test_verify_falls_back_to_the_isolated_runner(cpu_model, tuned, monkeypatch,
     def died(*_args: object, **_kwargs: object) -> dict:
         raise CognateError("interleaved verify process died (signal 11)")
 
-    monkeypatch.setattr("cognate.targets.cpu.verify.interleaved_verify", died)
+    monkeypatch.setattr("cognate.targets.cpu.measure.verify.interleaved_verify", died)
     args = [str(tuned), "--target", "cpu", "--width", str(WIDTH), "--model", str(cpu_model)]
     got = tune_json(
         [*args, "--top-k", "1", "--candidates", "200", "--verify", "--no-record"], capsys

@@ -159,10 +159,13 @@ def _print_summary(console: Console, result: Any) -> None:
     policy = (result.load or {}).get("omp_wait_policy")
     if policy:  # which OpenMP waits the medians hold: the user's loop has the same
         words = "default (spin, then sleep)" if policy == "default" else policy
+        how = "interleaved rounds" if policy == "passive" else "rounds of blocks"
         console.print(
-            f"timed as your own loop calls it: median ± interquartile range of interleaved"
-            f" rounds, OpenMP waits {words} (OMP_WAIT_POLICY of this shell)"
+            f"timed as your own loop calls it: median ± interquartile range of {how},"
+            f" OpenMP waits {words} (OMP_WAIT_POLICY of this shell)"
         )
+    if (result.load or {}).get("isa"):
+        console.print(f"{result.load['isa']}; the pick: {best.description}")
 
 
 @click.command()

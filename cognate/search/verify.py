@@ -3,9 +3,11 @@ kept in the store so that the next training sees them."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cognate.config import Config
 from cognate.runner import Measurement, ProgressFn
 from cognate.search.result import TuneResult
 from cognate.targets import Target
@@ -19,7 +21,11 @@ def verify(
     threads: int | None = None,
 ) -> None:
     """Measure the top-k and the baseline with the target's ``verify`` (cpu: interleaved
-    rounds with the library references) and record the outcome on ``result``."""
+    rounds with the library references) and record the outcome on ``result``.
+
+    A target with ``variants`` (cpu: vector width / register tile, which the shipped models do
+    not encode) adds them as candidates first: the measurement chooses among them."""
+    add_variants(result, target)
     todo = [c.config for c in result.candidates]
     if result.baseline.config not in set(todo):
         todo.append(result.baseline.config)
@@ -27,6 +33,40 @@ def verify(
         result.matrix, result.op, result.width, todo, progress, runner_options, threads
     )
     result.take(found)
+
+
+def add_variants(result: TuneResult, target: Target) -> None:
+    """Append the target's variants of the candidates (and baseline) to ``result``'s
+    candidates, each ranked and scored as the config it varies."""
+    variants = getattr(target, "variants", None)
+    if variants is None:
+        return
+    pool = [*result.candidates, result.baseline]
+    new = variants(result.op, result.width, [c.config for c in pool])
+    if not new:
+        return
+    space = target.make_space(result.op)
+    for config in new:
+        parent = next(c for c in pool if _same_but_vector(c.config, config))
+        result.candidates.append(
+            replace(
+                parent,
+                config=config,
+                description=space.describe(config),
+                status=None,
+                runtime_s=None,
+                error=None,
+                spread_s=None,
+                family_pick=False,
+                portfolio=False,
+            )
+        )
+
+
+def _same_but_vector(a: Config, b: Config) -> bool:
+    vector = ("vbits", "vregs", "unroll")
+    strip = lambda knobs: {k: v for k, v in knobs.items() if k not in vector}  # noqa: E731
+    return strip(a.knobs) == strip(b.knobs)
 
 
 def record_verified(result: TuneResult, db: str | Path) -> int:

@@ -154,7 +154,7 @@ def choose_node_order(
     first. Returns (the fastest order, {by: median seconds}, the load read before timing).
     A measured choice, never a model's guess: run it on a quiet machine."""
     from cognate.matrix import Matrix
-    from cognate.targets.cpu.kernel import mismatch, reference
+    from cognate.targets.cpu.measure.check import mismatch, reference
     from cognate.targets.cpu.space import make_space
     from cognate.targets.cpu.tuned import ScheduleKernel
     from cognate.timing import time_interleaved

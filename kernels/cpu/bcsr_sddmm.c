@@ -1,6 +1,6 @@
-/* Reordered-BCSR SDDMM  out = A * (X @ Y^T) on A's pattern (cognate/targets/cpu/bcsr.py).
+/* Reordered-BCSR SDDMM  out = A * (X @ Y^T) on A's pattern (cognate/targets/cpu/families/bcsr.py).
  *
- * Template filled by cognate/targets/cpu/bcsr.py (string.Template): block rows BR, block
+ * Template filled by cognate/targets/cpu/families/bcsr.py (string.Template): block rows BR, block
  * columns BC and the dense width K are whitelisted integers. Layout as in bcsr_spmm.c; out
  * has the layout of vals (one slot per block entry). X rows are read through out_rows (the
  * reordering and any row permutation, -1 for padding rows), Y rows through col_map.

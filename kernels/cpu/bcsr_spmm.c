@@ -1,6 +1,6 @@
-/* Reordered-BCSR SpMM  C = A @ B  (cognate/targets/cpu/bcsr.py).
+/* Reordered-BCSR SpMM  C = A @ B  (cognate/targets/cpu/families/bcsr.py).
  *
- * Template filled by cognate/targets/cpu/bcsr.py (string.Template): block rows BR, block
+ * Template filled by cognate/targets/cpu/families/bcsr.py (string.Template): block rows BR, block
  * columns BC, dense tile JT and the dense width N are whitelisted integers.
  * Block row b holds BR consecutive rows of the reordered matrix; its blocks are
  * bptr[b] .. bptr[b+1]-1, block p covers columns bcol[p] * BC .. + BC - 1 and stores a dense

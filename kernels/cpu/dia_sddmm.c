@@ -1,6 +1,6 @@
 /* DIA SDDMM  out = A * (X @ Y^T) on A's pattern, A (M x N) stored as diagonals.
  *
- * Template filled by cognate/targets/cpu/dia.py (string.Template): the row tile RT and the
+ * Template filled by cognate/targets/cpu/families/dia.py (string.Template): the row tile RT and the
  * dense width K are whitelisted integers. Diagonal d: offset offs[d] in [0, N), values
  * (0 where the diagonal has no entry in row i) stored per row tile of RT rows, diagonal by
  * diagonal: vals[((i / RT) * ndiag + d) * RT + i % RT]; row i's entry is in column

@@ -1,6 +1,6 @@
-/* DIA SpMM  C = A @ B  with A (M x K) stored as diagonals (cognate/targets/cpu/dia.py).
+/* DIA SpMM  C = A @ B  with A (M x K) stored as diagonals (cognate/targets/cpu/families/dia.py).
  *
- * Template filled by cognate/targets/cpu/dia.py (string.Template): the register tile
+ * Template filled by cognate/targets/cpu/families/dia.py (string.Template): the register tile
  * (RT rows x JT dense columns) and the dense width N are whitelisted integers.
  * Diagonal d has offset offs[d] in [0, K); row i's entry on it sits in column
  * (i + offs[d]) mod K (wrapped diagonals; plain ones are the case that never wraps). Values

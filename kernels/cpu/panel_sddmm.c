@@ -1,6 +1,6 @@
-/* Column-panel SDDMM  out = A * (X @ Y^T)  on A's pattern (cognate/targets/cpu/panel.py).
+/* Column-panel SDDMM  out = A * (X @ Y^T)  on A's pattern (cognate/targets/cpu/families/panel.py).
  *
- * Template filled by cognate/targets/cpu/families.py (string.Template): only the dense width
+ * Template filled by cognate/targets/cpu/families/template.py (string.Template): only the dense width
  * K, a whitelisted integer, is substituted.
  *
  * Layout as in panel_spmm.c: row blocks of segments, each block panel by panel, so the

@@ -1,6 +1,6 @@
-/* Column-panel SpMM  C = A @ B  (ASpT-style tiling; cognate/targets/cpu/panel.py).
+/* Column-panel SpMM  C = A @ B  (ASpT-style tiling; cognate/targets/cpu/families/panel.py).
  *
- * Template filled by cognate/targets/cpu/families.py (string.Template): only the dense width
+ * Template filled by cognate/targets/cpu/families/template.py (string.Template): only the dense width
  * N, a whitelisted integer, is substituted; the panel width and row block are pack-time /
  * runtime values.
  *

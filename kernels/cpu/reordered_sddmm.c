@@ -1,7 +1,7 @@
 /* Reordered SDDMM  out = A * (X @ Y^T) on A's pattern, rows run in a chosen order
- * (cognate/targets/cpu/reordered.py).
+ * (cognate/targets/cpu/families/reordered.py).
  *
- * Template filled by cognate/targets/cpu/families.py (string.Template): only the dense width
+ * Template filled by cognate/targets/cpu/families/template.py (string.Template): only the dense width
  * K, a whitelisted integer, is substituted; `strip`, `symmetric` and `chunk` are runtime
  * arguments. Layout as in reordered_spmm.c: A in its own CSR entry order, rows[t] the row run
  * t-th, weights the prefix of (entries + 1) in run order; out has one slot per entry of A, in

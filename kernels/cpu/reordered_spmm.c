@@ -1,6 +1,6 @@
-/* Reordered SpMM  C = A @ B : rows run in a chosen order (cognate/targets/cpu/reordered.py).
+/* Reordered SpMM  C = A @ B : rows run in a chosen order (cognate/targets/cpu/families/reordered.py).
  *
- * Template filled by cognate/targets/cpu/families.py (string.Template): only the dense width
+ * Template filled by cognate/targets/cpu/families/template.py (string.Template): only the dense width
  * N, a whitelisted integer, is substituted; the order (`by`) never reaches C, and `strip`,
  * `symmetric` and `chunk` are runtime arguments.
  *

@@ -2,20 +2,22 @@
  * rows dense, columns compressed, both sparse splits 1: the baseline's structure).
  *
  * Template filled by cognate/targets/cpu/codegen.py (string.Template): only the dense
- * width, a whitelisted integer, is substituted. Same signature as the generated kernels
+ * width and the vector tile (vector bytes, registers per pass, unroll), whitelisted
+ * integers, are substituted. Same signature as the generated kernels
  * (spmm.c), so the packed levels, runtime knobs and callers are unchanged; of A's levels
  * only level 2 is stored (pos2 = row pointer, crd2 = column of each nonzero, vals).
  *
  * Written by hand rather than generated because the generic loop nest accumulates into C
  * in memory (a load and a store of C per nonzero and vector) after a separate zeroing pass;
  * here each row's output tile is summed in vector registers and stored once, and the row's
- * nonzeros are unrolled by two (two independent B rows in flight). Software prefetching of
+ * nonzeros are unrolled (independent B rows in flight). The vector width is the config's
+ * (gcc's -march=native does not widen an explicit vector type): 512-bit on AVX-512 hosts. Software prefetching of
  * the B rows a few nonzeros ahead was tried and measured no faster (slower on matrices
  * whose B fits the caches), so there is none. Measured against MKL's inspector-executor
  * SpMM: docs/benchmarks.md.
  *
  * The dense split does not change this structure's order (j1 j0 innermost either way): the
- * register tile is the kernel's. Rows are handed out dynamically in tasks of consecutive
+ * register tile is the vector knobs'. Rows are handed out dynamically in tasks of consecutive
  * rows balanced by weight (nonzeros + rows): `chunk` average rows per task, but at least
  * MIN_TASK, because on matrices of many short rows a claim per 32 rows cost more than the
  * rows (arrow: 2 threads slower than 1).
@@ -31,36 +33,51 @@
 #include <stdlib.h>
 #include <strings.h>
 
-typedef float vf __attribute__((vector_size(32), aligned(4)));
+/* The config's vector tile (codegen.py checks each against its whitelist): VBYTES-byte
+ * vectors, up to VREGS of them (VREGS * LANES columns of C) summed in registers per pass
+ * over a row's nonzeros, UNROLL nonzeros per step, ACCS independent sets of accumulators
+ * (1, or UNROLL when they fit 8 registers: short FMA chains for narrow tiles). */
+enum { VBYTES = ${vbytes}, VREGS = ${vregs}, UNROLL = ${unroll}, ACCS = ${accs} };
+enum { LANES = VBYTES / 4 };
+typedef float vf __attribute__((vector_size(VBYTES), aligned(4)));
+typedef float vf8 __attribute__((vector_size(32), aligned(4)));  /* tails: 8 columns */
+typedef float vf4 __attribute__((vector_size(16), aligned(4)));  /* tails: 4 columns */
 static const int64_t N = ${dense_extent};
 
-/* Columns [j, j + 8 * nv) of row [lo, hi) of A times B, summed in registers, stored to c. */
-static inline __attribute__((always_inline)) void tile(
-    const int64_t lo, const int64_t hi, const int32_t *restrict col,
-    const float *restrict val, const float *restrict B, float *restrict c, const int64_t j,
-    const int nv)
-{
-    vf acc[8];
-    for (int q = 0; q < nv; q++) acc[q] = (vf){0};
-    int64_t p = lo;
-    for (; p + 1 < hi; p += 2) {
-        const float a0 = val[p], a1 = val[p + 1];
-        const float *restrict b0 = B + (int64_t)col[p] * N + j;
-        const float *restrict b1 = B + (int64_t)col[p + 1] * N + j;
-        for (int q = 0; q < nv; q++) {
-            acc[q] += a0 * *(const vf *)(b0 + 8 * q);
-            acc[q] += a1 * *(const vf *)(b1 + 8 * q);
-        }
-    }
-    if (p < hi) {
-        const float a0 = val[p];
-        const float *restrict b0 = B + (int64_t)col[p] * N + j;
-        for (int q = 0; q < nv; q++) acc[q] += a0 * *(const vf *)(b0 + 8 * q);
-    }
-    for (int q = 0; q < nv; q++) *(vf *)(c + 8 * q) = acc[q];
+/* Columns [j, j + L * nv) of row [lo, hi) of A times B, summed in registers, stored to c:
+ * one function per vector type VT of L lanes (the config's, and the narrower tails'). */
+#define DEFINE_TILE(NAME, VT, L)                                                              \
+static inline __attribute__((always_inline)) void NAME(                                      \
+    const int64_t lo, const int64_t hi, const int32_t *restrict col,                          \
+    const float *restrict val, const float *restrict B, float *restrict c, const int64_t j,   \
+    const int nv)                                                                             \
+{                                                                                             \
+    VT acc[ACCS][VREGS];                                                                      \
+    for (int s = 0; s < ACCS; s++)                                                            \
+        for (int q = 0; q < nv; q++) acc[s][q] = (VT){0};                                     \
+    int64_t p = lo;                                                                           \
+    for (; p + UNROLL <= hi; p += UNROLL) {                                                   \
+        for (int u = 0; u < UNROLL; u++) {                                                    \
+            const float a = val[p + u];                                                       \
+            const float *restrict b = B + (int64_t)col[p + u] * N + j;                        \
+            for (int q = 0; q < nv; q++) acc[u % ACCS][q] += a * *(const VT *)(b + L * q);    \
+        }                                                                                     \
+    }                                                                                         \
+    for (; p < hi; p++) {                                                                     \
+        const float a = val[p];                                                               \
+        const float *restrict b = B + (int64_t)col[p] * N + j;                                \
+        for (int q = 0; q < nv; q++) acc[0][q] += a * *(const VT *)(b + L * q);               \
+    }                                                                                         \
+    for (int s = 1; s < ACCS; s++)                                                            \
+        for (int q = 0; q < nv; q++) acc[0][q] += acc[s][q];                                  \
+    for (int q = 0; q < nv; q++) *(VT *)(c + L * q) = acc[0][q];                              \
 }
 
-/* Columns [j, N) (fewer than 8) of one row, scalar. */
+DEFINE_TILE(tile, vf, LANES)
+DEFINE_TILE(tile8, vf8, 8)
+DEFINE_TILE(tile4, vf4, 4)
+
+/* Columns [j, N) (fewer than 4) of one row, scalar. */
 static void edge(const int64_t lo, const int64_t hi, const int32_t *restrict col,
                  const float *restrict val, const float *restrict B, float *restrict c,
                  const int64_t j)
@@ -73,14 +90,18 @@ static void edge(const int64_t lo, const int64_t hi, const int32_t *restrict col
     }
 }
 
+/* One row of C: passes of VREGS vectors, then fewer (halving), then narrower vectors, then
+ * scalar columns; N is a constant, so only the steps this width needs remain. */
 static void row(const int64_t lo, const int64_t hi, const int32_t *restrict col, const float *restrict val,
                 const float *restrict B, float *restrict c)
 {
     int64_t j = 0;
-    for (; j + 64 <= N; j += 64) tile(lo, hi, col, val, B, c + j, j, 8);
-    if (j + 32 <= N) { tile(lo, hi, col, val, B, c + j, j, 4); j += 32; }
-    if (j + 16 <= N) { tile(lo, hi, col, val, B, c + j, j, 2); j += 16; }
-    if (j + 8 <= N) { tile(lo, hi, col, val, B, c + j, j, 1); j += 8; }
+    for (; j + VREGS * LANES <= N; j += VREGS * LANES) tile(lo, hi, col, val, B, c + j, j, VREGS);
+    if (VREGS > 4 && j + 4 * LANES <= N) { tile(lo, hi, col, val, B, c + j, j, 4); j += 4 * LANES; }
+    if (VREGS > 2 && j + 2 * LANES <= N) { tile(lo, hi, col, val, B, c + j, j, 2); j += 2 * LANES; }
+    if (VREGS > 1 && j + LANES <= N) { tile(lo, hi, col, val, B, c + j, j, 1); j += LANES; }
+    if (LANES > 8 && j + 8 <= N) { tile8(lo, hi, col, val, B, c + j, j, 1); j += 8; }
+    if (LANES > 4 && j + 4 <= N) { tile4(lo, hi, col, val, B, c + j, j, 1); j += 4; }
     if (j < N) edge(lo, hi, col, val, B, c, j);
 }
 

@@ -30,7 +30,7 @@ def _make_space(op: str) -> Space:
 
 
 def _make_runner(**options: Any) -> Runner:
-    from cognate.targets.cpu.runner import CpuRunner
+    from cognate.targets.cpu.measure.runner import CpuRunner
 
     return CpuRunner(**options)
 
@@ -40,19 +40,21 @@ class CpuTarget(Target):
     def runnable(self, matrix: Matrix, op: str, width: int) -> Callable[[Config], bool]:
         """A layout may exceed the size limit (20 x nnz, as WACO refuses): it depends on
         where the nonzeros fall, so it is checked by packing."""
-        from cognate.targets.cpu.pack import TooLarge, pack
+        from cognate.targets.cpu import families
+
+        source = families.pack_source(matrix)
 
         def fits(config: Config) -> bool:
             try:
-                pack(matrix, op, config.knobs, width=width)
-            except TooLarge:
+                families.pack(source, op, config.knobs, width)
+            except families.TooLarge:
                 return False
             return True
 
         return fits
 
     def timing_threads(self) -> int:
-        from cognate.targets.cpu.runner import omp_threads
+        from cognate.targets.cpu.measure.runner import omp_threads
 
         return omp_threads()
 
@@ -66,7 +68,7 @@ class CpuTarget(Target):
         runner_options: dict[str, Any] | None = None,
         threads: int | None = None,
     ) -> Verification:
-        from cognate.targets.cpu import verify
+        from cognate.targets.cpu.measure import verify
 
         return verify.verify(self, matrix, op, width, configs, progress, runner_options, threads)
 
@@ -90,6 +92,13 @@ class CpuTarget(Target):
         )
         described = json.dumps({**info, "runtime_args": args}, indent=2) + "\n"
         return [(".c", header + source), (".json", described)]
+
+    def variants(self, op: str, width: int, configs: Sequence[Config]) -> list[Config]:
+        """Vector-width / register-tile variants of the best-ranked plain CSR SpMM config
+        among ``configs``, for ``tune --verify`` to time beside them (vector.py)."""
+        from cognate.targets.cpu.vector import vector_variants
+
+        return vector_variants(op, width, configs)
 
     def kernel(self, matrix: Matrix, op: str, config: Config) -> Callable[..., Any]:
         from cognate.targets.cpu.tuned import ScheduleKernel

@@ -14,7 +14,7 @@ here again even though the space validated them (defence in depth).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 from string import Template
@@ -24,6 +24,7 @@ from cognate.build import compile_c
 from cognate.errors import CognateError
 from cognate.paths import kernels_dir
 from cognate.targets.cpu import MAX_WIDTH
+from cognate.targets.cpu.isa import VECTOR_BITS, check_vector_bits
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,58 @@ OP_LOOPS: dict[str, OpLoops] = {
 FORMATS: tuple[str, ...] = ("U", "C")
 
 
+# The plain CSR SpMM kernel's vector knobs and their legal values. A config without them runs
+# DEFAULT_VECTOR, the kernel before the knobs existed (so its records keep their meaning).
+VECTOR_KNOBS: dict[str, tuple[int, ...]] = {
+    "vbits": VECTOR_BITS,  # vector width in bits
+    "vregs": (1, 2, 4, 8),  # vectors of C summed in registers per pass over a row
+    "unroll": (1, 2, 4),  # nonzeros per step
+}
+
+
+@dataclass(frozen=True)
+class VectorTile:
+    """The plain CSR SpMM kernel's vector width, register tile and unroll."""
+
+    vbits: int = 256
+    vregs: int = 8
+    unroll: int = 2
+
+    @property
+    def knobs(self) -> dict[str, int]:
+        return {"vbits": self.vbits, "vregs": self.vregs, "unroll": self.unroll}
+
+    @property
+    def accumulators(self) -> int:
+        """Independent accumulator sets: one per unrolled nonzero where they fit 8 registers
+        (a narrow tile's FMA chains would otherwise wait on each other), else one."""
+        return self.unroll if self.vregs * self.unroll <= 8 else 1
+
+    def words(self) -> str:
+        return f"vec {self.vbits}b x{self.vregs} unroll {self.unroll}"
+
+
+DEFAULT_VECTOR = VectorTile()
+
+
+def vector_of(knobs: Mapping[str, Any]) -> VectorTile | None:
+    """The config's vector knobs (all three or none), each checked against its whitelist;
+    a width over this host's widest vector is refused (isa.check_vector_bits)."""
+    given = [name for name in VECTOR_KNOBS if name in knobs]
+    if not given:
+        return None
+    if len(given) != len(VECTOR_KNOBS):
+        raise CognateError(f"cpu spmm: vector knobs come together: {', '.join(VECTOR_KNOBS)}")
+    values = {}
+    for name, legal in VECTOR_KNOBS.items():
+        value = knobs[name]
+        if isinstance(value, bool) or not isinstance(value, int) or value not in legal:
+            raise CognateError(f"cpu spmm: {name} must be one of {legal}, got {value!r}"[:200])
+        values[name] = int(value)
+    check_vector_bits(values["vbits"])
+    return VectorTile(**values)
+
+
 @dataclass(frozen=True)
 class LoopStructure:
     """The compile-time part of a cpu config."""
@@ -65,6 +118,7 @@ class LoopStructure:
     formats: tuple[str, ...]  # U/C of A's levels, in OP_LOOPS[op].names[:4] order
     unit: tuple[str, ...] = ()  # sparse variables whose x0 level is U with split 1
     width: int | None = None  # the dense width compiled in as a constant; None: runtime
+    vector: VectorTile | None = None  # plain CSR SpMM only: the config's vector knobs
 
     @property
     def loops(self) -> OpLoops:
@@ -132,7 +186,13 @@ def structure_of(op: str, knobs: Mapping[str, Any], width: int | None = None) ->
             raise CognateError(f"cpu {op}: {var}split must be a positive integer")
         if split == 1 and formats[2 * index + 1] == "U":
             unit.append(var)
-    return LoopStructure(op, tuple(order), tuple(formats), tuple(unit), _checked_width(width))
+    structure = LoopStructure(op, tuple(order), tuple(formats), tuple(unit), _checked_width(width))
+    vector = vector_of(knobs)
+    if vector is not None:
+        if not has_plain_csr_shape(structure):
+            raise CognateError(f"cpu {op}: vector knobs apply to the plain CSR SpMM kernel only")
+        structure = replace(structure, vector=vector)
+    return structure
 
 
 class _Nest:
@@ -267,6 +327,8 @@ def _checked(s: LoopStructure) -> LoopStructure:
     knobs: dict[str, Any] = {"order": list(s.order), "formats": list(s.formats)}
     for var in OP_LOOPS.get(s.op, OP_LOOPS["spmm"]).sparse:
         knobs[f"{var}split"] = 1 if var in s.unit else 2
+    if s.vector is not None:
+        knobs.update(s.vector.knobs)
     if structure_of(s.op, knobs, s.width) != s:
         raise CognateError(f"cpu {s.op}: inconsistent loop structure {s}")
     return s
@@ -280,9 +342,13 @@ def is_plain_csr(s: LoopStructure) -> bool:
     the dense pair innermost) at a compile-time width: kernels/cpu/spmm_csr.c, a hand-written
     kernel with the same signature, runs it instead of the generated nest (its register tile
     and weight-balanced row tasks are beyond the generator)."""
+    return s.width is not None and has_plain_csr_shape(s)
+
+
+def has_plain_csr_shape(s: LoopStructure) -> bool:
+    """``is_plain_csr`` but for the width (the loop structure alone)."""
     return (
         s.op == "spmm"
-        and s.width is not None
         and s.order == PLAIN_CSR_ORDER
         and s.formats[0] == "U"
         and s.formats[2] == "C"
@@ -299,11 +365,18 @@ def generate_source(s: LoopStructure) -> str:
     """Full C source of the kernel for ``s``."""
     s = _checked(s)
     if is_plain_csr(s):
+        vector = s.vector or DEFAULT_VECTOR
         template = Template((kernels_dir() / "cpu" / "spmm_csr.c").read_text())
         return template.substitute(
             dense_extent=str(int(s.width)),  # type: ignore[arg-type]
+            vbytes=str(int(vector.vbits) // 8),
+            vregs=str(int(vector.vregs)),
+            unroll=str(int(vector.unroll)),
+            accs=str(int(vector.accumulators)),
             tasks=include("tasks"),
         )
+    if s.vector is not None:  # the generated nests have no vector tile of their own
+        raise CognateError(f"cpu {s.op}: vector knobs need a width compiled in")
     template = Template((kernels_dir() / "cpu" / f"{s.op}.c").read_text())
     runtime = "N_arg" if s.op == "spmm" else "K_arg"
     extent = runtime if s.width is None else str(int(s.width))

@@ -33,7 +33,8 @@ from pydantic import BaseModel, ConfigDict
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.space import LoopNest
-from cognate.targets.cpu.families import TEMPLATE_PARAMS, family_module
+from cognate.targets.cpu.families import module_of
+from cognate.targets.cpu.families.template import TEMPLATE_PARAMS
 
 # Knobs bounded by a matrix dimension (like the CSR splits): knob -> 0 rows, 1 columns.
 SHAPE_BOUND = {"rtile": 0, "brows": 0, "bcols": 1, "rblock": 0, "pcols": 1}
@@ -124,7 +125,7 @@ class Families:
         compiled = TEMPLATE_PARAMS.get((name, self.op))
         if compiled is None:
             raise CognateError(f"{where}: families.{name}: no such kernel family for {self.op}")
-        legal = {**compiled, **getattr(family_module(name), "KNOBS", {})}
+        legal = {**compiled, **getattr(module_of(name), "KNOBS", {})}
         expected = {*legal, "chunk"} | ({"blend"} if name == "bcsr" else set())
         if set(spec.knobs) != expected:
             raise CognateError(f"{where}: families.{name}: knobs must be {sorted(expected)}")

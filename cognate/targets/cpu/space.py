@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.space import LoopNest, Space, load_space_spec, space_file
+from cognate.targets.cpu.codegen import PLAIN_CSR_ORDER, VECTOR_KNOBS, VectorTile
 from cognate.targets.cpu.families import CSR
 from cognate.targets.cpu.family_space import Families, FamilySpec, KernelFamily
 
@@ -243,6 +244,7 @@ class CpuSpace(Space):
     def validate_csr(self, knobs: Mapping[str, Any]) -> Config:
         """The WACO CSR family's validation (``family: csr`` dropped, see ``validate``)."""
         knobs = {k: v for k, v in knobs.items() if k != "family"}
+        vector = {k: knobs.pop(k) for k in list(knobs) if k in VECTOR_KNOBS}
         unknown = sorted(str(k) for k in knobs if k not in KNOBS)
         if unknown:
             raise self._error(f"unknown knob(s) {', '.join(unknown)}; expected {', '.join(KNOBS)}")
@@ -265,7 +267,35 @@ class CpuSpace(Space):
         if self._spec.rules.forbid_all_uncompressed and formats == ["U"] * 4:
             raise self._error(f"formats U U U U (A fully dense) are not in the {self.op} space")
         clean["formats"] = formats
+        if vector:
+            clean.update(self._vector_knobs(clean, vector))
         return Config(TARGET, self.op, clean)
+
+    def _vector_knobs(self, clean: Mapping[str, Any], vector: Mapping[str, Any]) -> dict[str, int]:
+        """The plain CSR SpMM kernel's vector knobs (codegen.VECTOR_KNOBS), all three or none.
+        Any whitelisted width is accepted here, so records of another host stay readable; a
+        width this host lacks is refused where its kernel is generated (isa.py)."""
+        if len(vector) != len(VECTOR_KNOBS):
+            raise self._error(f"vector knobs come together: {', '.join(VECTOR_KNOBS)}")
+        out = {}
+        for knob, legal in VECTOR_KNOBS.items():
+            value = vector[knob]
+            if isinstance(value, bool) or not isinstance(value, int) or value not in legal:
+                raise self._error(f"{knob} must be one of {legal}, got {_short(value)}")
+            out[knob] = int(value)
+        plain = (
+            self.op == "spmm"
+            and tuple(clean["order"]) == PLAIN_CSR_ORDER
+            and clean["isplit"] == 1
+            and clean["ksplit"] == 1
+            and clean["formats"][0] == "U"
+            and clean["formats"][1] == "U"
+            and clean["formats"][2] == "C"
+            and clean["formats"][3] == "U"
+        )
+        if not plain:
+            raise self._error("vector knobs apply to the plain CSR SpMM kernel only")
+        return out
 
     def dims(self, shape: tuple[int, int], width: int | None = None) -> dict[str, int]:
         """Extent of each loop variable for a matrix of ``shape`` (the dense one needs width)."""
@@ -340,9 +370,13 @@ class CpuSpace(Space):
         storage = " ".join(f"{lvl}:{fmt[lvl]}" for lvl in order if lvl in fmt)
         variables = (*self.sparse_vars, self.dense_var)  # WACO's order: sparse, then dense
         splits = " ".join(f"{self.split_knob[v]}={config[self.split_knob[v]]}" for v in variables)
+        vector = ""
+        if "vbits" in config.knobs:
+            tile = VectorTile(config["vbits"], config["vregs"], config["unroll"])
+            vector = f" | {tile.words()}"
         return (
             f"{self.op} {splits} order {' '.join(order)} | A {storage} | "
-            f"omp {parallel_loop(order)} dynamic,{config['chunk']}"
+            f"omp {parallel_loop(order)} dynamic,{config['chunk']}{vector}"
         )
 
     # --- sampling (vectorised: rows of codes, one per config) ---------------------------------

@@ -17,7 +17,8 @@ import scipy.sparse as sp
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
-from cognate.targets.cpu.kernel import BoundKernel, check_operands
+from cognate.targets.cpu import families
+from cognate.targets.cpu.call import BoundKernel, check_operands
 
 _F32 = np.dtype(np.float32)
 
@@ -82,12 +83,11 @@ class TunedKernel:
     """
 
     def __init__(self, matrix: Matrix, op: str, config: Config, operands: tuple[Any, ...]) -> None:
-        from cognate.targets.cpu.runner import prepare_kernel
-
         self.matrix, self.op = matrix, op
         arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
         self.width = check_operands(op, matrix.shape, arrays)
-        self.call: BoundKernel = prepare_kernel(matrix, op, config, *arrays)
+        knobs = config.knobs if isinstance(config, Config) else config
+        self.call: BoundKernel = families.prepare(matrix, op, knobs, arrays)
         rows, cols = matrix.shape
         self._shapes = (
             ((cols, self.width),) if op == "spmm" else ((rows, self.width), (cols, self.width))

@@ -24,7 +24,7 @@ Layout (pointer arrays in signature order):
 - ``scratch`` (K x width; symmetric = 1): the buffer the kernel gathers B (Y) into at the
   start of every call. Allocated once here, beside the arrays it serves, rather than per call
   (a fresh allocation each call would pay page faults on every call) or in the shared call
-  classes (families.FamilyCall, tuned.TunedKernel bind only ``packed.arrays``, so the
+  classes (template.FamilyCall, tuned.TunedKernel bind only ``packed.arrays``, so the
   buffer travels with them unchanged). Its dtype is uint32 (4-byte words the kernel reads as
   float): the packed layout's one float32 array stays A's values, which ``packed_values``
   looks for. Like the SDDMM slots of padded layouts it makes a packed A single-threaded (two
@@ -42,10 +42,11 @@ from typing import Any
 import numpy as np
 
 from cognate.errors import CognateError
-from cognate.targets.cpu.families import FamilyKernel, FamilyPacked
-from cognate.targets.cpu.kernel import choice_knob
+from cognate.targets.cpu.families import template
+from cognate.targets.cpu.families.base import TooLarge, size_limit
+from cognate.targets.cpu.families.template import FamilyKernel, FamilyPacked
+from cognate.targets.cpu.knobs import choice_knob
 from cognate.targets.cpu.orders import ORDERS, check_by, row_order
-from cognate.targets.cpu.pack import TooLarge, size_limit
 from cognate.targets.cpu.structured import StructuredView
 
 STRIPS: tuple[int, ...] = (32, 128, 1024)
@@ -57,13 +58,13 @@ KNOBS: dict[str, tuple[str | int, ...]] = {"by": ORDERS, "symmetric": SYMMETRIC,
 
 def check_knobs(knobs: Mapping[str, Any]) -> tuple[str, int, int]:
     """(by, symmetric, strip) of a reordered config, each checked (one-line CognateError);
-    ``chunk`` is checked by families.kernel_of."""
+    ``chunk`` is checked by template.kernel_of."""
     by = check_by(knobs.get("by"))
     symmetric = choice_knob(knobs, "symmetric", SYMMETRIC, WHERE)
     return by, symmetric, choice_knob(knobs, "strip", STRIPS, WHERE)
 
 
-def pack(
+def pack_view(
     view: StructuredView,
     kernel: FamilyKernel,
     knobs: Mapping[str, Any],
@@ -118,3 +119,7 @@ def pack(
         nz_positions=np.arange(nnz, dtype=np.int64),
         stored_entries=int(indptr.size + run_rows.size + weights.size + 2 * nnz + gather.size),
     )
+
+
+# The family protocol (families/__init__.py): kernel_of, pack, source, bind.
+kernel_of, pack, source, bind = template.protocol(pack_view, check_knobs)

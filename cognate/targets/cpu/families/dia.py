@@ -17,12 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from cognate.targets.cpu.families import FamilyKernel, FamilyPacked, index_maps
-from cognate.targets.cpu.pack import TooLarge, size_limit
+from cognate.targets.cpu.families import template
+from cognate.targets.cpu.families.base import TooLarge, size_limit
+from cognate.targets.cpu.families.template import FamilyKernel, FamilyPacked, index_maps
 from cognate.targets.cpu.structured import StructuredView
 
 SAMPLE_PER_DIAGONAL = 4  # sampled nonzeros per allowed diagonal in the quick refusal
-SIZE_WORDS = "pack.SIZE_FACTOR x nnz stored entries"
+SIZE_WORDS = "base.SIZE_FACTOR x nnz stored entries"
 
 
 def _offsets(col: np.ndarray, row: np.ndarray, cols: int) -> np.ndarray:
@@ -46,7 +47,7 @@ def _refuse_early(view: StructuredView, max_diagonals: int) -> None:
         )
 
 
-def pack(
+def pack_view(
     view: StructuredView,
     kernel: FamilyKernel,
     knobs: Mapping[str, Any],
@@ -86,3 +87,7 @@ def pack(
         nz_positions=nz_positions,
         stored_entries=int(vals.size + present.size),
     )
+
+
+# The family protocol (families/__init__.py): kernel_of, pack, source, bind.
+kernel_of, pack, source, bind = template.protocol(pack_view, None)

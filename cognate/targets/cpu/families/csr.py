@@ -1,4 +1,7 @@
-"""Pack a CSR matrix into the 4-level U/C layout a cpu config asks for (TACO-style levels).
+"""The csr family: WACO's SuperSchedule (a config without a ``family`` knob).
+
+Pack a CSR matrix into the 4-level U/C layout a cpu config asks for (TACO-style levels),
+generate its loop nest (codegen.py) and bind the compiled kernel (``KernelCall``).
 
 Each of A's variables is split (x = x1 * split + x0) and the four split coordinates
 become storage levels in the order they appear in the loop order. A U level stores no
@@ -12,6 +15,7 @@ numpy-vectorised: one stable sort of a 64-bit key, then one pass per level.
 
 from __future__ import annotations
 
+import ctypes
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,15 +23,14 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from cognate.build import load_library
 from cognate.errors import CognateError
-from cognate.targets.cpu.codegen import OP_LOOPS, LoopStructure, structure_of
+from cognate.targets.cpu.call import BoundKernel, check_operands
+from cognate.targets.cpu.codegen import OP_LOOPS, LoopStructure, generate_source, structure_of
+from cognate.targets.cpu.families.base import PackSource, TooLarge, size_limit
+from cognate.targets.cpu.knobs import runtime_knob
 
-# WACO refuses formats that store more than 20 x nnz entries.
-SIZE_FACTOR = 20
-
-
-class TooLarge(CognateError):
-    """The packed format would exceed the size limit (status ``too_large``)."""
+RUNTIME_KNOBS = ("isplit", "ksplit", "jsplit", "chunk")
 
 
 @dataclass
@@ -48,11 +51,6 @@ class PackedA:
         """All stored numbers: values plus pos/crd entries."""
         arrays = [a for a in (*self.pos, *self.crd) if a is not None]
         return int(self.vals.size + sum(a.size for a in arrays))
-
-
-def size_limit(csr: sp.csr_matrix) -> int:
-    """Largest allowed array: 20 x nnz, but never below plain CSR's row pointer (M + 1)."""
-    return max(SIZE_FACTOR * int(csr.nnz), int(csr.shape[0]) + 1)
 
 
 def _level_coords(
@@ -81,26 +79,18 @@ def _check(size: int, limit: int, what: str) -> None:
 
 
 def pack(
-    csr: Any,
+    source: PackSource,
     op: str,
     knobs: Mapping[str, Any],
+    width: int | None,
     max_entries: int | None = None,
-    width: int | None = None,
-) -> Any:
-    """Pack canonical CSR ``csr`` for config ``knobs``; raise TooLarge before a big allocation.
+) -> PackedA:
+    """Pack A's CSR for config ``knobs``; raise TooLarge before a big allocation.
 
     ``max_entries`` overrides the size limit of any one array (tests of padded layouts);
     ``width`` goes into the loop structure (a kernel specialised to that dense width).
-    A DIA/BCSR config (a ``family`` knob) is packed by its family (families.py: a
-    ``FamilyPacked``; ``csr`` may then be a Matrix, whose row/column permutations it absorbs).
     """
-    if knobs.get("family", "csr") != "csr":
-        from cognate.targets.cpu.families import pack_family
-
-        if width is None:
-            raise CognateError(f"cpu {op}: a {knobs['family']} kernel needs the dense width")
-        return pack_family(csr, op, knobs, width, max_entries)
-    csr = getattr(csr, "csr", csr)  # a Matrix: its CSR
+    csr = source.csr
     s = structure_of(op, knobs, width)
     splits = {var: int(knobs[f"{var}split"]) for var in OP_LOOPS[op].sparse}
     limit = size_limit(csr) if max_entries is None else max_entries
@@ -152,3 +142,67 @@ def pack(
         vals,
         nz_positions,
     )
+
+
+def source(op: str, knobs: Mapping[str, Any], width: int) -> tuple[str, str, dict[str, Any]]:
+    """(C source, entry point, runtime arguments) of a csr config specialised to ``width``."""
+    # structure_of re-validates every knob against the whitelists before codegen.
+    structure = structure_of(op, knobs, width)
+    args = {knob: runtime_knob(knobs, knob) for knob in RUNTIME_KNOBS}
+    return generate_source(structure), OP_LOOPS[op].function, args
+
+
+def bind(
+    lib_path: str, packed: PackedA, knobs: Mapping[str, Any], operands: tuple[np.ndarray, ...]
+) -> BoundKernel:
+    return KernelCall(lib_path, packed, knobs, operands)
+
+
+def _function(lib_path: str, op: str) -> Any:
+    fn = getattr(load_library(lib_path), OP_LOOPS[op].function)
+    fn.restype = None
+    pointers = 11 if op == "spmm" else 12
+    fn.argtypes = [ctypes.c_void_p] * pointers + [ctypes.c_int64] * (7 if op == "spmm" else 8)
+    return fn
+
+
+def _address(array: np.ndarray | None) -> int | None:
+    return None if array is None else array.ctypes.data
+
+
+class KernelCall(BoundKernel):
+    """One CSR-family kernel bound to its packed A, dense inputs and output buffer."""
+
+    def __init__(
+        self,
+        lib_path: str,
+        packed: PackedA,
+        knobs: Mapping[str, Any],
+        operands: tuple[np.ndarray, ...],
+    ) -> None:
+        op = packed.structure.op
+        self.op = op
+        self.packed = packed
+        self.operands = tuple(np.ascontiguousarray(a, dtype=np.float32) for a in operands)
+        width = check_operands(op, packed.shape, self.operands)
+        if packed.structure.width not in (None, width):  # a wrong width would overrun rows
+            raise CognateError(
+                f"cpu {op}: kernel built for dense width {packed.structure.width}, operands"
+                f" have width {width}"
+            )
+        rows, cols = packed.shape
+        dense_split = runtime_knob(knobs, "jsplit" if op == "spmm" else "ksplit")
+        chunk = runtime_knob(knobs, "chunk")
+        levels = [a for pair in zip(packed.pos, packed.crd, strict=True) for a in pair]
+        if op == "spmm":
+            self.out = np.zeros((rows, width), dtype=np.float32)
+            tail = [rows, cols, width, packed.splits["i"], packed.splits["k"], dense_split, chunk]
+            arrays = [*levels, packed.vals, self.operands[0], self.out]
+        else:
+            self.out = np.zeros(packed.vals.size, dtype=np.float32)
+            tail = [self.out.size, rows, cols, width, packed.splits["i"], packed.splits["j"]]
+            tail += [dense_split, chunk]
+            arrays = [*levels, packed.vals, *self.operands, self.out]
+        self._fn = _function(lib_path, op)
+        self._args = [_address(a) for a in arrays] + tail
+        self._pointers = len(arrays)

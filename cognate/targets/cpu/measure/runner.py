@@ -1,13 +1,11 @@
 """The cpu runner: validated timings of generated kernels, each run in an isolated worker.
 
 Per config: generate and compile the kernel (here, in the driver process), then in a
-worker process pack A, run once, compare with scipy (a mismatch is an ``error``, never a
-timing), warm up and take the median of repeated samples (spread = max - min). The
-worker is a separate process (cognate/targets/cpu/worker.py) so a kernel that crashes or
+worker process (worker.py) pack A, run once, compare with scipy (a mismatch is an
+``error``, never a timing), warm up and take the median of repeated samples (spread = max - min). The
+worker is a separate process so a kernel that crashes or
 hangs costs one record: the worker is killed or found dead and a fresh one starts for the
 next config.
-
-Also ``run_config``: run one config in-process and return the product (the Python API).
 """
 
 from __future__ import annotations
@@ -18,66 +16,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
 from multiprocessing.connection import Connection
 from typing import Any
 
-import numpy as np
-import scipy.sparse as sp
-
 from cognate.config import Config
 from cognate.errors import CognateError
-from cognate.matrix import Matrix, canonicalize
+from cognate.matrix import Matrix
 from cognate.runner import Measurement, Runner
-from cognate.targets.cpu.families import build_kernel, make_call
-from cognate.targets.cpu.kernel import KernelCall, check_operands
-from cognate.targets.cpu.pack import pack
-from cognate.targets.cpu.worker import one_line as _one_line
-
-
-def _knobs(config: Config | Mapping[str, Any]) -> Mapping[str, Any]:
-    return config.knobs if isinstance(config, Config) else config
-
-
-def prepare_kernel(
-    matrix: Matrix | sp.spmatrix | sp.sparray,
-    op: str,
-    config: Config | Mapping[str, Any],
-    *operands: np.ndarray,
-) -> KernelCall:
-    """Pack A and compile the kernel once; the result runs the product on each call.
-
-    The call reads the operand arrays in place (float32, C-contiguous ones are not copied),
-    so new values in them are picked up by the next call; ``.result()`` gives the output.
-    A Matrix's ``row_perm`` / ``col_perm`` (if any) are absorbed by DIA/BCSR configs.
-    """
-    source = matrix if isinstance(matrix, Matrix) else Matrix("A", canonicalize(matrix))
-    knobs = _knobs(config)
-    width = check_operands(op, source.shape, operands)
-    packed = pack(source, op, knobs, width=width)
-    return make_call(str(build_kernel(op, knobs, width)), packed, knobs, operands)
-
-
-def run_config(
-    matrix: Matrix | sp.spmatrix | sp.sparray,
-    op: str,
-    config: Config | Mapping[str, Any],
-    *operands: np.ndarray,
-) -> np.ndarray | sp.csr_matrix:
-    """Run one cpu config in this process and return the product.
-
-    SpMM: ``run_config(A, "spmm", cfg, B)`` -> dense ``A @ B`` (float32). SDDMM:
-    ``run_config(A, "sddmm", cfg, X, Y)`` -> CSR with A's pattern, ``A * (X @ Y.T)``.
-    Raises CognateError for a bad config, bad operands, or a layout over the size limit.
-    """
-    source = matrix if isinstance(matrix, Matrix) else Matrix("A", canonicalize(matrix))
-    csr = source.csr
-    call = prepare_kernel(source, op, config, *operands)
-    call()
-    if op == "spmm":
-        return call.result()
-    return sp.csr_matrix((call.result(), csr.indices.copy(), csr.indptr.copy()), shape=csr.shape)
-
+from cognate.targets.cpu import families
+from cognate.targets.cpu.measure.worker import one_line as _one_line
 
 # --- the driver side ------------------------------------------------------------------------
 
@@ -97,7 +44,7 @@ class _Lost(Exception):
 
 
 class _Worker:
-    """One worker process (``python -m cognate.targets.cpu.worker``) and its socket."""
+    """One worker process (``python -m cognate.targets.cpu.measure.worker``) and its socket."""
 
     def __init__(self) -> None:
         ours, theirs = socket.socketpair()
@@ -113,7 +60,7 @@ class _Worker:
             [
                 sys.executable,
                 "-m",
-                "cognate.targets.cpu.worker",
+                "cognate.targets.cpu.measure.worker",
                 str(theirs.fileno()),
                 str(os.getpid()),
                 str(pdeathsig),
@@ -202,7 +149,7 @@ class CpuRunner(Runner):
         """Compile (or find cached) the kernel of ``config`` specialised to ``width``; return
         its path and counters."""
         start = time.perf_counter()
-        path = build_kernel(op, config.knobs, width)
+        path = families.build(op, config.knobs, width)
         return str(path), {"compile_s": time.perf_counter() - start}
 
     def close(self) -> None:

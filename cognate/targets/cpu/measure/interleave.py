@@ -1,11 +1,7 @@
-"""Interleaved timing: several prepared calls timed round by round (A B C base lib, ...).
+"""The tune --verify job: candidates, baseline and library references checked against scipy,
+then timed in interleaved rounds (cognate.timing.interleaved).
 
-Timing candidates one after another on a shared machine ranks them by whatever ran beside
-each; rounds that visit every call in turn let a disturbance hit all of them alike, and the
-median over rounds drops the rounds it hit hardest. Each call's result is checked against
-scipy before any of its timings count (the caller's job: ``prepare`` here does it).
-
-``python -m cognate.targets.cpu.interleave JOB.json`` runs one tune --verify job in its own
+``python -m cognate.targets.cpu.measure.interleave JOB.json`` runs one tune --verify job in its own
 process (crash isolation, thread settings fixed before any runtime starts) and writes its
 outcome as JSON to the job's ``out`` path; ``cognate.search`` drives it.
 """
@@ -13,89 +9,31 @@ outcome as JSON to the job's ``out`` path; ``cognate.search`` drives it.
 from __future__ import annotations
 
 import json
-import math
-import statistics
 import sys
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-MIN_SAMPLE_S = 1e-3  # a sample is as many back-to-back calls as fill this
+from cognate.targets.cpu.isa import host_isa
+from cognate.timing import (
+    LEAD_IN_S,
+    MIN_SAMPLE_S,
+    blocks,
+    interleaved,
+    leaders,
+    machine_load,
+    tied,
+    timing_lock,
+    wait_policy,
+)
+
 ROUNDS = 7
 REMEASURE_ROUNDS = 15
 TIMEOUT_S = 10.0  # a config whose checked run takes longer is not timed (status timeout)
-
-
-@dataclass
-class Timed:
-    """Per-call seconds of one entry, one sample per round."""
-
-    name: str
-    samples: list[float] = field(default_factory=list)
-
-    @property
-    def median(self) -> float:
-        return float(statistics.median(self.samples))
-
-    @property
-    def spread(self) -> float:
-        """Interquartile range of the samples: the noise one comparison must clear."""
-        if len(self.samples) < 2:
-            return 0.0
-        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
-        return float(q3 - q1)
-
-
-def calls_per_sample(fn: Callable[[], Any], min_sample_s: float = MIN_SAMPLE_S) -> int:
-    """Run ``fn`` once (a warm-up) and return how many calls fill ``min_sample_s``."""
-    start = time.perf_counter()
-    fn()
-    first = max(time.perf_counter() - start, 1e-7)
-    return max(1, math.ceil(min_sample_s / first))
-
-
-def interleaved(
-    calls: dict[str, Callable[[], Any]],
-    rounds: int = ROUNDS,
-    min_sample_s: float = MIN_SAMPLE_S,
-    lead_in: bool = False,
-) -> dict[str, Timed]:
-    """Time every call once per round, ``rounds`` rounds; the order rotates by one each round
-    so no call always runs right after the same neighbour (whose cache footprint it sees).
-
-    ``lead_in``: each sample is preceded by as many untimed calls. Under default OpenMP waits
-    a runtime's threads spin a while after its last call; torch's bundled runtime is not the
-    one MKL and the kernels share, so its spinning threads would take a core from the first
-    calls after it. After the lead-in each call runs as in a user's own loop."""
-    names = list(calls)
-    numbers = {name: calls_per_sample(calls[name], min_sample_s) for name in names}
-    timed = {name: Timed(name) for name in names}
-    for round_index in range(rounds):
-        shift = round_index % max(len(names), 1)
-        for name in names[shift:] + names[:shift]:
-            fn, number = calls[name], numbers[name]
-            for _ in range(number if lead_in else 0):
-                fn()
-            start = time.perf_counter()
-            for _ in range(number):
-                fn()
-            timed[name].samples.append((time.perf_counter() - start) / number)
-    return timed
-
-
-def tied(a: Timed, b: Timed) -> bool:
-    """Whether two medians are closer than the larger of their spreads."""
-    return abs(a.median - b.median) <= max(a.spread, b.spread)
-
-
-def leaders(timed: dict[str, Timed], among: list[str]) -> list[str]:
-    """The two fastest names of ``among`` by median."""
-    return sorted(among, key=lambda name: timed[name].median)[:2]
 
 
 # --- the tune --verify job (run in its own process) -------------------------------------------
@@ -104,34 +42,27 @@ def leaders(timed: dict[str, Timed], among: list[str]) -> list[str]:
 def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     """Pack, compile and check every config and library reference: the calls that may be
     timed, and the outcome so far (statuses, errors, the library inspection times)."""
-    from cognate.targets.cpu.families import CSR, build_kernel, family_of, make_call, view_of
-    from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
-    from cognate.targets.cpu.library import library_calls
-    from cognate.targets.cpu.pack import TooLarge, pack
-    from cognate.targets.cpu.worker import OPERAND_SEED, one_line
+    from cognate.targets.cpu import families
+    from cognate.targets.cpu.measure.check import OPERAND_SEED, dense_operands, mismatch, reference
+    from cognate.targets.cpu.measure.library import library_calls
+    from cognate.targets.cpu.measure.worker import one_line
 
     matrix = load_job_matrix(job["npz"])
+    source = families.pack_source(matrix)  # the structured view built once, if a family asks
     op, width = job["op"], int(job["width"])
     operands = dense_operands(op, matrix.shape, width, OPERAND_SEED)
     ref, tol = reference(matrix.csr, op, operands)
     calls: dict[str, Callable[[], Any]] = {}
     outcome: dict[str, Any] = {"configs": {}, "library": {}, "library_missing": {}}
-    view = None
     for entry in job["configs"]:
         key, knobs = entry["key"], entry["knobs"]
         try:
-            if family_of(knobs) == CSR:
-                source = matrix.csr
-            else:  # DIA / BCSR pack the structured view (S and the index maps), built once
-                view = view if view is not None else view_of(matrix)
-                source = view
-            packed = pack(source, op, knobs, width=width)
-            call = make_call(str(build_kernel(op, knobs, width)), packed, knobs, operands)
+            call = families.prepare(source, op, knobs, operands)
             start = time.perf_counter()
             call()
             first_s = time.perf_counter() - start
             problem = mismatch(call.result(), ref, tol)
-        except TooLarge as exc:
+        except families.TooLarge as exc:
             outcome["configs"][key] = {"status": "too_large", "error": one_line(exc)}
             continue
         except Exception as exc:  # noqa: BLE001 - one bad config is a record, not a crash
@@ -158,6 +89,12 @@ def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[st
             outcome["library"][lib.name] = {"inspect_s": lib.inspect_s}
             calls[f"lib:{lib.name}"] = lib.run
     return calls, outcome
+
+
+def _runtime(name: str) -> str:
+    """The threading runtime behind a timed call: each library its own (MKL's Intel OpenMP,
+    torch's bundled one), every cognate kernel libgomp."""
+    return name if name.startswith("lib:") else "cognate"
 
 
 def save_job_matrix(matrix: Any, path: Path) -> None:
@@ -187,9 +124,6 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Prepare and check everything, then under the machine-wide timing lock read the load
     and time all calls in interleaved rounds; re-measure the two leading configs (baseline
     included) head to head when their medians are within their spreads."""
-    from cognate.targets.cpu.verify import wait_policy
-    from cognate.timing import machine_load, timing_lock
-
     calls, outcome = _prepare(job)
     configs = [key for key in outcome["configs"] if key in calls]
 
@@ -201,9 +135,12 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     with timing_lock(on_wait=waiting):
         load = machine_load(job.get("threads"))
         outcome["load"] = {**load.as_dict(), "line": load.line(), "omp_wait_policy": policy}
-        timed = interleaved(
-            calls, job.get("rounds", ROUNDS), job.get("min_sample_s", MIN_SAMPLE_S), lead_in
-        )
+        outcome["load"]["isa"] = host_isa().line()
+        rounds, sample_s = job.get("rounds", ROUNDS), job.get("min_sample_s", MIN_SAMPLE_S)
+        if lead_in:  # spinning waits: blocks, 0.25 s alone after another runtime's calls
+            timed = blocks(calls, rounds, sample_s, LEAD_IN_S, runtime=_runtime)
+        else:
+            timed = interleaved(calls, rounds, sample_s, lead_in)
         remeasured: list[str] = []
         if len(configs) >= 2:
             first, second = leaders(timed, configs)

@@ -34,7 +34,7 @@ row; the reuse comes only from the panel's B slice staying in cache.
 
 ``pcols`` and ``rblock`` are pack-time / runtime values (not compiled in: one kernel per
 dense width serves every panel shape). The size limit applies to any one array, as for the
-csr family (pack.py); every array here is at most nnz + 1 or M + 1 long, so only a small
+csr family (families/csr.py); every array here is at most nnz + 1 or M + 1 long, so only a small
 ``max_entries`` refuses a matrix.
 """
 
@@ -45,9 +45,10 @@ from typing import Any
 
 import numpy as np
 
-from cognate.targets.cpu.families import FamilyKernel, FamilyPacked, index_maps
-from cognate.targets.cpu.kernel import choice_knob
-from cognate.targets.cpu.pack import TooLarge, size_limit
+from cognate.targets.cpu.families import template
+from cognate.targets.cpu.families.base import TooLarge, size_limit
+from cognate.targets.cpu.families.template import FamilyKernel, FamilyPacked, index_maps
+from cognate.targets.cpu.knobs import choice_knob
 from cognate.targets.cpu.structured import StructuredView
 
 PCOLS: tuple[int, ...] = (1024, 4096, 16384, 65536)
@@ -67,7 +68,7 @@ def _check(size: int, limit: int, what: str) -> None:
         raise TooLarge(f"panel layout needs {size} entries in {what}, over the limit {limit}")
 
 
-def pack(
+def pack_view(
     view: StructuredView,
     kernel: FamilyKernel,
     knobs: Mapping[str, Any],
@@ -130,3 +131,7 @@ def pack(
         nz_positions=nz_positions,
         stored_entries=int(sum(a.size for a in arrays[:-1])),  # row_map: an index map
     )
+
+
+# The family protocol (families/__init__.py): kernel_of, pack, source, bind.
+kernel_of, pack, source, bind = template.protocol(pack_view, check_knobs)

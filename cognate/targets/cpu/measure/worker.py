@@ -1,6 +1,6 @@
 """The cpu runner's worker process: pack, validate and time kernels for one matrix at a time.
 
-Started by ``CpuRunner`` as ``python -m cognate.targets.cpu.worker FD PARENT_PID PDEATHSIG`` (a fresh
+Started by ``CpuRunner`` as ``python -m cognate.targets.cpu.measure.worker FD PARENT_PID PDEATHSIG`` (a fresh
 interpreter: no fork of a threaded driver, no re-import of the caller's main script, which
 multiprocessing's spawn would do) and spoken to over a socket wrapped in a
 multiprocessing Connection. Requests are plain tuples and dicts:
@@ -30,11 +30,8 @@ import scipy.sparse as sp
 
 from cognate import util
 from cognate.lifetime import die_with_parent
-from cognate.targets.cpu.families import StructuredView, family_of, make_call, view_of
-from cognate.targets.cpu.kernel import dense_operands, mismatch, reference
-from cognate.targets.cpu.pack import TooLarge, pack
-
-OPERAND_SEED = 20230325  # dense inputs are the same for every config of a matrix
+from cognate.targets.cpu import families
+from cognate.targets.cpu.measure.check import OPERAND_SEED, dense_operands, mismatch, reference
 
 
 def one_line(text: object) -> str:
@@ -43,7 +40,7 @@ def one_line(text: object) -> str:
 
 
 class _MatrixState:
-    """The current matrix, its dense inputs and its scipy reference."""
+    """The current matrix (as every family packs it), its dense inputs and scipy reference."""
 
     def __init__(
         self,
@@ -56,21 +53,11 @@ class _MatrixState:
         row_perm: np.ndarray | None = None,
         col_perm: np.ndarray | None = None,
     ) -> None:
-        self.csr = sp.csr_matrix((data, indices, indptr), shape=shape)
+        csr = sp.csr_matrix((data, indices, indptr), shape=shape)
         self.op, self.width = op, int(width)
-        self.row_perm, self.col_perm = row_perm, col_perm
-        self.operands = dense_operands(op, self.csr.shape, width, OPERAND_SEED)
-        self.ref, self.tol = reference(self.csr, op, self.operands)
-        self._view: StructuredView | None = None
-
-    def source(self, knobs: dict[str, Any]) -> Any:
-        """What ``pack`` takes for ``knobs``: A's CSR, or for DIA/BCSR the structured view
-        (S and the index maps; built once per matrix)."""
-        if family_of(knobs) == "csr":
-            return self.csr
-        if self._view is None:
-            self._view = view_of(self)
-        return self._view
+        self.source = families.PackSource(csr, row_perm, col_perm)  # its view built once
+        self.operands = dense_operands(op, csr.shape, width, OPERAND_SEED)
+        self.ref, self.tol = reference(csr, op, self.operands)
 
 
 def plan_samples(job: dict[str, Any], first_s: float) -> tuple[int, int, int]:
@@ -87,15 +74,15 @@ def plan_samples(job: dict[str, Any], first_s: float) -> tuple[int, int, int]:
 def _run_job(conn: Connection, state: _MatrixState, job: dict[str, Any]) -> None:
     start = time.perf_counter()
     try:
-        packed = pack(state.source(job["knobs"]), state.op, job["knobs"], width=state.width)
-    except TooLarge as exc:
+        packed = families.pack(state.source, state.op, job["knobs"], state.width)
+    except families.TooLarge as exc:
         conn.send(("too_large", str(exc)))
         return
     counters: dict[str, Any] = {
         "pack_s": time.perf_counter() - start,
         "stored_entries": packed.stored_entries,
     }
-    call = make_call(job["lib_path"], packed, job["knobs"], state.operands)
+    call = families.bind(packed, job["knobs"], state.operands, job["lib_path"])
     conn.send(("packed", counters))
     start = time.perf_counter()
     call()

@@ -1,9 +1,8 @@
-"""Kernel families of the cpu target beside the WACO CSR family: DIA and reordered BCSR.
+"""The template families (DIA, BCSR, reordered, panel): what they share.
 
-A config with a ``family`` knob (``dia``, ``bcsr``) is packed by its family module
-(cognate/targets/cpu/dia.py, bcsr.py) into a ``FamilyPacked`` and run by a kernel generated
-from kernels/cpu/<family>_<op>.c. A config without one is the CSR family (pack.py,
-codegen.py, kernel.py: unchanged). Every kernel signature has the same shape::
+Each is one module beside this one (dia.py, bcsr.py, reordered.py, panel.py) that packs A's
+structured view into a ``FamilyPacked``; its kernel is generated from
+kernels/cpu/<family>_<op>.c. Every such kernel signature has the same shape::
 
     cognate_<family>_<op>(packed arrays..., dense operands..., out, integers..., chunk)
 
@@ -14,26 +13,21 @@ the space validated them (defence in depth): no config string reaches C source.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
-from importlib import import_module
-from pathlib import Path
 from string import Template
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
-from cognate.build import compile_c, load_library
+from cognate.build import load_library
 from cognate.errors import CognateError
 from cognate.paths import kernels_dir
+from cognate.targets.cpu.call import BoundKernel, check_operands
 from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH, include
-from cognate.targets.cpu.kernel import BoundKernel, KernelCall, check_operands, runtime_knob
-from cognate.targets.cpu.structured import StructuredView, structured_view
+from cognate.targets.cpu.knobs import runtime_knob
+from cognate.targets.cpu.structured import StructuredView
 
-CSR = "csr"
-FAMILIES: tuple[str, ...] = (CSR, "dia", "bcsr", "reordered", "panel")
 POWERS_OF_TWO_TO_64 = (1, 2, 4, 8, 16, 32, 64)
 # Compile-time parameters per (family, op) and their legal values (whitelists).
 TEMPLATE_PARAMS: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {
@@ -54,14 +48,6 @@ TEMPLATE_PARAMS: dict[tuple[str, str], dict[str, tuple[int, ...]]] = {
 }
 
 
-def family_of(knobs: Mapping[str, Any]) -> str:
-    """The config's family: its ``family`` knob, ``csr`` when absent."""
-    family = knobs.get("family", CSR)
-    if not isinstance(family, str) or family not in FAMILIES:
-        raise CognateError(f"cpu config: family must be one of {', '.join(FAMILIES)}")
-    return family
-
-
 @dataclass(frozen=True)
 class FamilyKernel:
     """The compile-time part of a DIA/BCSR config: family, op, tile sizes, dense width."""
@@ -76,11 +62,21 @@ class FamilyKernel:
         return f"cognate_{self.family}_{self.op}"
 
 
-def kernel_of(op: str, knobs: Mapping[str, Any], width: int, runtime: bool = True) -> FamilyKernel:
+CheckKnobs = Callable[[Mapping[str, Any]], Any]
+
+
+def kernel_of(
+    op: str,
+    knobs: Mapping[str, Any],
+    width: int,
+    check_knobs: CheckKnobs | None = None,
+    runtime: bool = True,
+) -> FamilyKernel:
     """Check a family config's compile-time knobs against the whitelists (and, unless
-    ``runtime`` is False, its runtime knobs: chunk, and the reordered family's own)."""
-    family = family_of(knobs)
-    allowed = TEMPLATE_PARAMS.get((family, op))
+    ``runtime`` is False, its runtime knobs: chunk, and with ``check_knobs`` the family's
+    own, e.g. the reordered family's)."""
+    family = knobs.get("family")
+    allowed = TEMPLATE_PARAMS.get((family, op)) if isinstance(family, str) else None
     if allowed is None:
         raise CognateError(f"cpu {op}: no {family} kernel family")
     if not isinstance(width, int) or isinstance(width, bool):
@@ -93,20 +89,11 @@ def kernel_of(op: str, knobs: Mapping[str, Any], width: int, runtime: bool = Tru
         if isinstance(value, bool) or value not in values:
             raise CognateError(f"cpu {op} {family}: {name} must be one of {values}")
         params.append((name, int(value)))
-    runtime_knob(knobs, "chunk")
-    check_own = getattr(family_module(family), "check_knobs", None) if runtime else None
-    if check_own is not None:  # a family's runtime knobs of its own (reordered, panel)
-        check_own(knobs)
+    if runtime:
+        runtime_knob(knobs, "chunk")
+        if check_knobs is not None:  # a family's runtime knobs of its own (reordered, panel)
+            check_knobs(knobs)
     return FamilyKernel(family, op, tuple(params), width)
-
-
-def family_module(family: str) -> Any:
-    """The packing module of a non-CSR family (cognate/targets/cpu/<family>.py): its ``pack``
-    and, where the family has runtime knobs of its own, their ``check_knobs``. Imported on
-    use: those modules import this one. ``family`` is one of FAMILIES (family_of checked)."""
-    if family not in FAMILIES or family == CSR:
-        raise CognateError(f"cpu: no packing module for family {family!r}")
-    return import_module(f"cognate.targets.cpu.{family}")
 
 
 def generate_family_source(kernel: FamilyKernel) -> str:
@@ -126,11 +113,6 @@ def generate_family_source(kernel: FamilyKernel) -> str:
     )  # fmt: skip
 
 
-@lru_cache(maxsize=256)
-def compile_family(kernel: FamilyKernel) -> Path:
-    return compile_c(generate_family_source(kernel))
-
-
 @dataclass
 class FamilyPacked:
     """A packed for a DIA/BCSR kernel: pointer arrays and integers in signature order."""
@@ -146,31 +128,6 @@ class FamilyPacked:
     @property
     def structure(self) -> FamilyKernel:  # the name KernelCall's users read
         return self.kernel
-
-
-def view_of(source: Any) -> StructuredView:
-    """The structured view of a Matrix (its optional row_perm / col_perm) or a plain CSR."""
-    if isinstance(source, StructuredView):
-        return source
-    csr = getattr(source, "csr", source)
-    if not isinstance(csr, sp.csr_matrix):
-        raise CognateError("cpu families: expected a canonical CSR matrix")
-    return structured_view(
-        csr, getattr(source, "row_perm", None), getattr(source, "col_perm", None)
-    )
-
-
-def pack_family(
-    source: Any,
-    op: str,
-    knobs: Mapping[str, Any],
-    width: int,
-    max_entries: int | None = None,
-) -> FamilyPacked:
-    """Pack a Matrix / CSR / StructuredView for a DIA or BCSR config (TooLarge if over the
-    size limit, decided before the packed arrays are allocated)."""
-    kernel = kernel_of(op, knobs, width)
-    return family_module(kernel.family).pack(view_of(source), kernel, knobs, max_entries)
 
 
 class FamilyCall(BoundKernel):
@@ -212,38 +169,40 @@ def index_maps(view: StructuredView) -> tuple[np.ndarray, np.ndarray]:
     )
 
 
-# --- one entry point per step for every family (the runner, worker, search and emit) --------
+# --- the family protocol's pack / source / bind, shared by the template families -------------
 
 
-def build_kernel(op: str, knobs: Mapping[str, Any], width: int) -> Path:
-    """Compile (or find cached) the kernel of any cpu config specialised to ``width``."""
-    if family_of(knobs) != CSR:
-        return compile_family(kernel_of(op, knobs, width))
-    from cognate.targets.cpu.codegen import compile_structure, structure_of
-
-    structure = structure_of(op, knobs, width)
-    for knob in ("isplit", "jsplit", "ksplit", "chunk"):
-        runtime_knob(knobs, knob)
-    return compile_structure(structure)
+PackView = Callable[[StructuredView, FamilyKernel, Mapping[str, Any], int | None], FamilyPacked]
 
 
-def make_call(
-    lib_path: str, packed: Any, knobs: Mapping[str, Any], operands: tuple[np.ndarray, ...]
+def protocol(pack_view: PackView, check_knobs: CheckKnobs | None) -> tuple[Callable, ...]:
+    """A template family's (kernel_of, pack, source, bind) from its own ``pack_view`` (S in
+    its layout) and ``check_knobs`` (its runtime knobs, if it has some)."""
+
+    def family_kernel(op: str, knobs: Mapping[str, Any], width: int) -> FamilyKernel:
+        """The checked compile-time part of a config (its runtime knobs checked too)."""
+        return kernel_of(op, knobs, width, check_knobs)
+
+    def pack(
+        source: Any, op: str, knobs: Mapping[str, Any], width: int, max_entries: int | None = None
+    ) -> FamilyPacked:
+        """A (a PackSource) packed through its structured view."""
+        return pack_view(source.view, family_kernel(op, knobs, width), knobs, max_entries)
+
+    def family_source(
+        op: str, knobs: Mapping[str, Any], width: int
+    ) -> tuple[str, str, dict[str, Any]]:
+        return source(family_kernel(op, knobs, width), knobs)
+
+    return family_kernel, pack, family_source, bind
+
+
+def source(kernel: FamilyKernel, knobs: Mapping[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """(C source, entry point, runtime arguments) of a checked template-family kernel."""
+    return generate_family_source(kernel), kernel.function, {"chunk": runtime_knob(knobs, "chunk")}
+
+
+def bind(
+    lib_path: str, packed: FamilyPacked, knobs: Mapping[str, Any], operands: tuple[np.ndarray, ...]
 ) -> BoundKernel:
-    """The callable kernel for a packed A of any family (KernelCall for the csr family)."""
-    if isinstance(packed, FamilyPacked):
-        return FamilyCall(lib_path, packed, knobs, operands)
-    return KernelCall(lib_path, packed, knobs, operands)
-
-
-def kernel_source(op: str, knobs: Mapping[str, Any], width: int) -> tuple[str, str, dict]:
-    """(C source, entry point, runtime arguments) of any cpu config, for ``tune --emit``."""
-    if family_of(knobs) != CSR:
-        kernel = kernel_of(op, knobs, width)
-        return generate_family_source(kernel), kernel.function, {"chunk": knobs["chunk"]}
-    from cognate.targets.cpu.codegen import OP_LOOPS, generate_source, structure_of
-
-    # structure_of re-validates every knob against the whitelists before codegen.
-    source = generate_source(structure_of(op, knobs, width))
-    args = {k: knobs[k] for k in ("isplit", "ksplit", "jsplit", "chunk")}
-    return source, OP_LOOPS[op].function, args
+    return FamilyCall(lib_path, packed, knobs, operands)

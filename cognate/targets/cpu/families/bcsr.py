@@ -17,8 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from cognate.targets.cpu.families import FamilyKernel, FamilyPacked, index_maps
-from cognate.targets.cpu.pack import TooLarge, size_limit
+from cognate.targets.cpu.families import template
+from cognate.targets.cpu.families.base import TooLarge, size_limit
+from cognate.targets.cpu.families.template import FamilyKernel, FamilyPacked, index_maps
 from cognate.targets.cpu.reorder import cached_cluster_rows
 from cognate.targets.cpu.structured import StructuredView
 
@@ -29,7 +30,7 @@ def cluster_order(view: StructuredView, blend: float) -> np.ndarray:
     return cached_cluster_rows(view.csr, view.key, float(blend))
 
 
-def pack(
+def pack_view(
     view: StructuredView,
     kernel: FamilyKernel,
     knobs: Mapping[str, Any],
@@ -73,3 +74,7 @@ def pack(
         nz_positions=nz_positions,
         stored_entries=int(vals.size + blocks.size + bptr.size),
     )
+
+
+# The family protocol (families/__init__.py): kernel_of, pack, source, bind.
+kernel_of, pack, source, bind = template.protocol(pack_view, None)

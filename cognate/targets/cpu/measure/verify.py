@@ -1,5 +1,5 @@
 """``tune --verify`` on cpu: the candidates, the baseline and the library references timed
-in interleaved rounds in one fresh process (cognate/targets/cpu/interleave.py), with the
+in interleaved rounds in one fresh process (measure/interleave.py), with the
 isolated runner as the fallback when that process fails."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def interleaved_verify(
     Its own process: a crashing kernel cannot take the caller down, and the OpenMP / MKL / torch
     thread counts are set before any runtime starts. Raises CognateError when it fails.
     """
-    from cognate.targets.cpu.interleave import save_job_matrix
+    from cognate.targets.cpu.measure.interleave import save_job_matrix
 
     with tempfile.TemporaryDirectory(prefix="cognate-verify-") as tmp:
         job = {
@@ -49,7 +49,12 @@ def interleaved_verify(
         }
         save_job_matrix(matrix, Path(job["npz"]))
         (Path(tmp) / "job.json").write_text(json.dumps(job))
-        cmd = [sys.executable, "-m", "cognate.targets.cpu.interleave", str(Path(tmp) / "job.json")]
+        cmd = [
+            sys.executable,
+            "-m",
+            "cognate.targets.cpu.measure.interleave",
+            str(Path(tmp) / "job.json"),
+        ]
         # stderr passes through: the job's only lines there are "waiting for the timing
         # lock" ones (its failures come back in the outcome file, as one line).
         try:
@@ -78,12 +83,6 @@ def _thread_env(threads: int | None) -> dict[str, str]:
     if threads:
         env["OMP_NUM_THREADS"] = str(int(threads))
     return env
-
-
-def wait_policy() -> str:
-    """The OpenMP wait policy this process runs under, in words."""
-    value = os.environ.get("OMP_WAIT_POLICY", "")
-    return value.lower() if value.lower() in ("active", "passive") else "default"
 
 
 def verify(

@@ -1,0 +1,138 @@
+"""The kernel families of the cpu target, one module each, behind one protocol.
+
+A config's ``family`` knob names its family (none: ``csr``, WACO's SuperSchedule). Each family
+is a module here (csr.py, dia.py, bcsr.py, reordered.py, panel.py) with three functions:
+
+- ``pack(source, op, knobs, width, max_entries=None)``: A (a ``PackSource``) in the config's
+  layout; ``TooLarge`` before allocating anything over the size limit;
+- ``source(op, knobs, width)``: (C source, entry point, runtime arguments) of the kernel
+  specialised to the dense width, every knob checked against its whitelist first;
+- ``bind(lib_path, packed, knobs, operands)``: the compiled kernel bound to packed A, the dense
+  operands and an output buffer (a ``BoundKernel``, call.py).
+
+Everything that turns (matrix, config, width) into a callable kernel goes through the
+functions below (``prepare`` for all three steps): the runner and its worker, ``tune
+--verify``, ``TunedKernel`` / ``cognate.torch`` and the benchmark scripts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import lru_cache
+from importlib import import_module
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from cognate.build import compile_c
+from cognate.errors import CognateError
+from cognate.targets.cpu.call import BoundKernel, check_operands
+from cognate.targets.cpu.families.base import (
+    PackSource,
+    TooLarge,
+    pack_source,
+    size_limit,
+    view_of,
+)
+
+CSR = "csr"
+FAMILIES: tuple[str, ...] = (CSR, "dia", "bcsr", "reordered", "panel")
+
+__all__ = [
+    "CSR",
+    "FAMILIES",
+    "PackSource",
+    "TooLarge",
+    "bind",
+    "build",
+    "family_of",
+    "kernel_of",
+    "kernel_source",
+    "module_of",
+    "pack",
+    "pack_source",
+    "prepare",
+    "size_limit",
+    "view_of",
+]
+
+
+def family_of(knobs: Mapping[str, Any]) -> str:
+    """The config's family: its ``family`` knob, ``csr`` when absent."""
+    family = knobs.get("family", CSR)
+    if not isinstance(family, str) or family not in FAMILIES:
+        raise CognateError(f"cpu config: family must be one of {', '.join(FAMILIES)}")
+    return family
+
+
+def module_of(family: str) -> ModuleType:
+    """The module of a family (one of FAMILIES): its pack / source / bind."""
+    if family not in FAMILIES:
+        raise CognateError(f"cpu: no kernel family {family!r}")
+    return import_module(f"cognate.targets.cpu.families.{family}")
+
+
+def pack(
+    matrix: Any,
+    op: str,
+    knobs: Mapping[str, Any],
+    width: int | None = None,
+    max_entries: int | None = None,
+) -> Any:
+    """A (a Matrix, canonical CSR, StructuredView or PackSource) packed for ``knobs``.
+
+    ``width`` is the dense width the kernel is specialised to (the csr family alone also runs
+    with None: the width at run time)."""
+    family = family_of(knobs)
+    if width is None and family != CSR:
+        raise CognateError(f"cpu {op}: a {family} kernel needs the dense width")
+    return module_of(family).pack(pack_source(matrix), op, knobs, width, max_entries)
+
+
+def kernel_of(op: str, knobs: Mapping[str, Any], width: int) -> Any:
+    """The checked compile-time part of a template family's config (FamilyKernel)."""
+    family = family_of(knobs)
+    if family == CSR:
+        raise CognateError(f"cpu {op}: the csr family has no template kernel")
+    return module_of(family).kernel_of(op, knobs, width)
+
+
+def kernel_source(op: str, knobs: Mapping[str, Any], width: int) -> tuple[str, str, dict]:
+    """(C source, entry point, runtime arguments) of any cpu config, for ``tune --emit``."""
+    return module_of(family_of(knobs)).source(op, knobs, width)
+
+
+def build(op: str, knobs: Mapping[str, Any], width: int) -> Path:
+    """Compile (or find cached) the kernel of any cpu config specialised to ``width``."""
+    return _compile(kernel_source(op, knobs, width)[0])
+
+
+@lru_cache(maxsize=512)
+def _compile(source: str) -> Path:
+    return compile_c(source)
+
+
+def bind(
+    packed: Any,
+    knobs: Mapping[str, Any],
+    operands: tuple[np.ndarray, ...],
+    lib_path: str | Path | None = None,
+) -> BoundKernel:
+    """The kernel of ``knobs`` bound to ``packed`` A and the dense ``operands``; compiled here
+    unless the caller compiled it already (``lib_path``: the runner compiles in its driver)."""
+    family = family_of(knobs)
+    if lib_path is None:
+        width = check_operands(packed.structure.op, packed.shape, operands)
+        lib_path = build(packed.structure.op, knobs, width)
+    return module_of(family).bind(str(lib_path), packed, knobs, operands)
+
+
+def prepare(
+    matrix: Any, op: str, knobs: Mapping[str, Any], operands: tuple[np.ndarray, ...]
+) -> BoundKernel:
+    """Pack A, compile and bind: the callable kernel of one config at the operands' width."""
+    source = pack_source(matrix)
+    width = check_operands(op, source.shape, operands)
+    return bind(pack(source, op, knobs, width), knobs, operands)
