@@ -207,3 +207,26 @@ def test_weighted_gcn_equals_pyg(shared: Path) -> None:
     want = conv(x, edge_index, weight)
     got = conv(x, cp.adjacency(edge_index, matrix.shape[0], weight))
     assert rel(got, want) < TOL
+
+
+def test_example_prints_the_same_losses_on_both_backends(shared: Path) -> None:
+    """examples/pyg_gcn.py: the two-line change gives PyG's own losses."""
+    import subprocess
+    import sys
+
+    graph = shared / "matrices" / "suitesparse" / "dwt_878.mtx.gz"
+    script = Path(__file__).resolve().parents[1] / "examples" / "pyg_gcn.py"
+    losses = {}
+    for backend in ("pyg", "cognate"):
+        run = subprocess.run(
+            [sys.executable, str(script), str(graph), "--backend", backend, "--epochs", "10"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert run.returncode == 0, run.stderr
+        losses[backend] = [
+            float(w.split()[3]) for w in run.stdout.splitlines() if w.startswith("epoch")
+        ]
+    assert len(losses["pyg"]) == 2
+    np.testing.assert_allclose(losses["cognate"], losses["pyg"], rtol=1e-4)
