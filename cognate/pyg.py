@@ -14,8 +14,8 @@ module imported (``torch_geometric.utils.spmm``, the conv modules' own imports) 
 other input, unchanged, to PyG's own function. ``unpatch()`` restores them.
 
 - ``reduce`` "sum" / "add": ``A @ x``; "mean": ``(A @ x) / in-degree`` (edges counted with
-  their multiplicity, as PyG's edge-list path does); "max" / "min" go to PyG's own ``spmm``
-  (torch's ``spmm_reduce`` on the same CSR tensor): correct, not tuned.
+  their multiplicity, as PyG's edge-list path does); "max" / "min": a (max, x) / (min, x)
+  SpMM keeping the arg for the backward (cognate.pyg_minmax: one fixed schedule, not tuned).
 - GCN's normalisation: ``gcn_norm`` of a cognate adjacency returns a second cognate adjacency
   with the pattern A + I (remaining self loops, as PyG's edge-list path: a node's existing
   self loop keeps its weight, the others get 1, or 2 with ``improved``) and values
@@ -73,13 +73,20 @@ class _Adjacency:
     degree: torch.Tensor  # (n, 1) float32: edges per target (multiplicity), at least 1
     tune: dict[str, Any]
     normalized: dict[tuple[bool, bool], torch.Tensor] = field(default_factory=dict)
+    minmax: Any = None  # cognate.pyg_minmax.MinMaxCSR, built at the first max / min
 
     def spmm(self, x: torch.Tensor, reduce: str) -> torch.Tensor | None:
-        """``reduce`` of the neighbours' rows of x on the tuned kernels (None: not tuned here,
-        PyG's own spmm runs)."""
-        if reduce not in ("sum", "add", "mean"):
+        """``reduce`` of the neighbours' rows of x: sum / mean on the tuned kernels, max / min
+        on cognate.pyg_minmax's kernel (None: a reduce PyG's own spmm handles)."""
+        if reduce not in ("sum", "add", "mean", "max", "min"):
             return None
         x = check_features(x, self.tuned.shape[1])
+        if reduce in ("max", "min"):
+            from cognate.pyg_minmax import MinMaxCSR, spmm_minmax
+
+            if self.minmax is None:
+                self.minmax = MinMaxCSR(self.tuned.matrix.csr)
+            return spmm_minmax(self.minmax, x.contiguous(), reduce)
         out = tuned_spmm(self.tuned, x)
         return out / self.degree if reduce == "mean" else out
 
