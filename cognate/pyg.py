@@ -88,7 +88,9 @@ class _Adjacency:
                 self.minmax = MinMaxCSR(self.tuned.matrix.csr)
             return spmm_minmax(self.minmax, x.contiguous(), reduce)
         out = tuned_spmm(self.tuned, x)
-        return out / self.degree if reduce == "mean" else out
+        # in place on the kernel's fresh output (its backward saved x, not out): a second
+        # n x width tensor costs more than the division on graphs of many nodes
+        return out.div_(self.degree) if reduce == "mean" else out
 
     def gcn_normalized(self, improved: bool, add_self_loops: bool) -> torch.Tensor:
         key = (bool(improved), bool(add_self_loops))
@@ -257,6 +259,23 @@ def adjacency(
     for width in widths:
         tuned(tensor).prepare(width)
     return tensor
+
+
+def undirected_edges(matrix: Any) -> tuple[torch.Tensor, int]:
+    """A matrix (a cognate Matrix, scipy sparse matrix or file) as an undirected PyG graph:
+    its symmetrised pattern without self loops as ``edge_index`` (both directions, int64)
+    and the node count; a rectangular M x N matrix becomes the bipartite graph of M + N
+    nodes. What examples/pyg_gcn.py and scripts/bench_pyg.py train on."""
+    from cognate.api import as_matrix
+
+    a = sp.csr_matrix(as_matrix(matrix).csr, dtype=np.float32, copy=True)
+    a.data[:] = 1.0
+    if a.shape[0] != a.shape[1]:
+        a = sp.bmat([[None, a], [a.T, None]], format="csr")
+    a = canonicalize(a + a.T).tocoo()
+    keep = a.row != a.col
+    index = np.vstack([a.row[keep], a.col[keep]]).astype(np.int64)
+    return torch.from_numpy(index), a.shape[0]
 
 
 # --- the patch ---------------------------------------------------------------------------

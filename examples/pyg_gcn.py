@@ -55,18 +55,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def edge_list(path: str) -> tuple[torch.Tensor, int]:
-    """The symmetrised pattern of the matrix in ``path``, self loops dropped, as PyG's
-    ``edge_index`` (both directions) and the node count."""
-    a = sp.csr_matrix(load_matrix(path).csr, dtype=np.float32, copy=True)
-    a.data[:] = 1.0
-    if a.shape[0] != a.shape[1]:
-        a = sp.bmat([[None, a], [a.T, None]], format="csr")
-    a = (a + a.T).tocoo()
-    keep = a.row != a.col
-    return torch.from_numpy(np.vstack([a.row[keep], a.col[keep]]).astype(np.int64)), a.shape[0]
-
-
 class GCN(torch.nn.Module):
     """A stock PyG 2-layer GCN."""
 
@@ -89,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("error: torch_geometric is not installed (pip install 'cognate[pyg]')")
         return 1
+    from cognate.pyg import undirected_edges
+
     try:
-        edge_index, n = edge_list(args.graph)
+        edge_index, n = undirected_edges(load_matrix(args.graph))
     except CognateError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -112,20 +112,6 @@ def graphs(args: argparse.Namespace) -> list[Matrix]:
     return found
 
 
-def undirected_edges(matrix: Matrix) -> tuple[torch.Tensor, int]:
-    """The symmetrised pattern without self loops as an edge list (both directions), and
-    the node count; a rectangular M x N matrix becomes the bipartite graph of M + N nodes."""
-    a = sp.csr_matrix(matrix.csr, dtype=np.float32, copy=True)
-    a.data[:] = 1.0
-    if a.shape[0] != a.shape[1]:
-        a = sp.bmat([[None, a], [a.T, None]], format="csr")
-    a = canonicalize(a + a.T)
-    a.setdiag(0)
-    a.eliminate_zeros()
-    coo = a.tocoo()
-    return torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64)), a.shape[0]
-
-
 def model_data(name: str) -> str:
     """Which data of the shipped cpu SpMM model the matrix was (train / validation /
     held-out, from its provenance file), else "unseen"."""
@@ -270,6 +256,8 @@ def _tuning_s(kind: str, adj_t) -> float:
 
 
 def one_graph(matrix: Matrix, args: argparse.Namespace) -> dict:
+    from cognate.pyg import undirected_edges
+
     edge_index, n = undirected_edges(matrix)
     gen = torch.Generator().manual_seed(args.seed)
     x = torch.randn(n, args.features, generator=gen)
