@@ -42,6 +42,7 @@ import json
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from cognate.timing import early_threads
 
@@ -85,6 +86,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS / MKL_NUM_THREADS")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write the rows to this file")
+    p.add_argument("--report", nargs="+", metavar="JSON",
+                   help="print the report of earlier runs' --json files together; run nothing")  # fmt: skip
     args = p.parse_args(argv)
     if args.quick:
         args.graphs, args.synth_edges, args.rounds, args.epochs = "synth", [20_000], 1, 2
@@ -280,13 +283,13 @@ def one_graph(matrix: Matrix, args: argparse.Namespace) -> dict:
 
 def report(rows: list[dict], args: argparse.Namespace) -> None:
     print(
-        f"{'graph':22s} {'model':5s} {'edges':>8s} {'data':>10s} {'tune s':>7s}"
+        f"{'graph':22s} {'model':8s} {'edges':>8s} {'data':>10s} {'tune s':>7s}"
         + "".join(f" {b + ' ms':>14s}" for b in BACKENDS)
         + f" {'vs fastest':>10s} {'break-even':>10s}"
     )
     for r in rows:
         for kind, m in r["models"].items():
-            head = f"{r['graph'][:22]:22s} {kind:5s} {r['edges']:8d} {r['model_data']:>10s}"
+            head = f"{r['graph'][:22]:22s} {kind:8s} {r['edges']:8d} {r['model_data']:>10s}"
             if m["check"] != "ok":
                 print(f"{head} {m['check']}")
                 continue
@@ -320,13 +323,35 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
     )
 
 
+def report_files(args: argparse.Namespace) -> int:
+    """The report of saved runs (``--json`` files) as one table and one summary."""
+    rows = []
+    for name in args.report:
+        try:
+            rows += json.loads(open(name).read())
+        except (OSError, ValueError) as err:
+            print(f"bench_pyg: cannot read {name}: {err}")
+            return 1
+    args.models = [m for m in MODELS if any(m in r["models"] for r in rows)]
+    report(rows, args)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.report:
+        return report_files(args)
     try:
         import torch_geometric
     except ImportError:
         print("bench_pyg: torch_geometric is not installed (pip install 'cognate[pyg]')")
         return 1
+    from cognate.hostid import _cpu_model
+
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = cpuinfo.read_text() if cpuinfo.is_file() else ""
+    isa = "AVX-512" if "avx512f" in flags else "no AVX-512 (or unknown)"
+    print(f"host: {_cpu_model()} ({isa}), {torch.get_num_threads()} cores used by torch")
     print(
         f"torch {torch.__version__}, torch_geometric {torch_geometric.__version__},"
         f" {torch.get_num_threads()} torch threads; hidden {args.hidden}, features"
