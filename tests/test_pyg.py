@@ -26,7 +26,7 @@ GRAPHS = ("dwt_878", "west0479")  # symmetric pattern with loops; directed, no s
 def rel(got: torch.Tensor, want: torch.Tensor) -> float:
     return float(
         (got.detach().double() - want.detach().double()).norm()
-        / want.double().norm().clamp_min(1e-30)
+        / want.detach().double().norm().clamp_min(1e-30)
     )
 
 
