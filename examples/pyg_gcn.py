@@ -1,5 +1,7 @@
-"""Train a stock PyTorch Geometric GCN (two GCNConv layers) on a graph from a matrix file,
-on cognate's tuned kernels (``--backend cognate``) or on PyG's own cpu path (``--backend pyg``).
+"""Train a stock PyTorch Geometric GCN on a matrix file's graph, on cognate or on PyG's cpu path.
+
+Two GCNConv layers on cognate's tuned kernels (``--backend cognate``) or on PyG's own cpu
+path (``--backend pyg``):
 
     python examples/pyg_gcn.py GRAPH.mtx[.gz] --epochs 100
     python examples/pyg_gcn.py GRAPH.mtx --backend pyg     # the same model, PyG's edge list

@@ -70,21 +70,23 @@ TOL = 1e-4
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="one 20k-edge power-law graph, 1 round")
-    p.add_argument("--graphs", choices=("all", "real", "synth"), default="all")
+    p.add_argument("--graphs", choices=("all", "real", "synth"), default="all",
+                   help="shared real matrices over 100k entries, generated graphs, or both")  # fmt: skip
     p.add_argument("--only", nargs="*", help="only the graphs whose names start with these")
     p.add_argument("--synth-edges", type=int, nargs="*", default=[1_000_000],
                    help="entries of each generated graph (default 1M)")  # fmt: skip
-    p.add_argument("--models", nargs="+", choices=MODELS, default=list(DEFAULT_MODELS))
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--features", type=int, default=128)
-    p.add_argument("--classes", type=int, default=16)
+    p.add_argument("--models", nargs="+", choices=MODELS, default=list(DEFAULT_MODELS),
+                   help="models to time (default gcn sage gin)")  # fmt: skip
+    p.add_argument("--hidden", type=int, default=64, help="hidden channels (64)")
+    p.add_argument("--features", type=int, default=128, help="random input features (128)")
+    p.add_argument("--classes", type=int, default=16, help="label classes (16)")
     p.add_argument("--epochs", type=int, default=4, help="timed epochs per block")
     p.add_argument("--warmup", type=int, default=1, help="untimed epochs per block")
     p.add_argument("--rounds", type=int, default=2, help="blocks per backend (rotating)")
     p.add_argument("--pause", type=float, default=0.3, help="seconds before each block")
     p.add_argument("--reuse-choices", action="store_true", help="keep remembered choices")
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS / MKL_NUM_THREADS")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="graphs, weights, features (0)")
     p.add_argument("--json", help="write the rows to this file")
     p.add_argument("--report", nargs="+", metavar="JSON",
                    help="print the report of earlier runs' --json files together; run nothing")  # fmt: skip
