@@ -12,7 +12,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q torch==2.13.0
-.venv/bin/python -m pip install -q -e '.[dev,bench]'
+.venv/bin/python -m pip install -q -e '.[dev,bench,pyg]'
 if [ "${COGNATE_MINKOWSKI:-0}" = "1" ]; then
   # Requested, so a failed build is an error (CI would otherwise pass with the
   # backend-equality test skipped); without COGNATE_MINKOWSKI nothing is built.

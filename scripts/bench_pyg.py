@@ -1,0 +1,378 @@
+"""Stock PyTorch Geometric models trained on cognate's kernels against PyG's own cpu paths.
+
+Per graph and model (2 layers, hidden 64 by default, 128 random input features, 16 classes;
+GCN: GCNConv with ``cached=True``; SAGE: SAGEConv mean; GIN: GINConv sum with a 2-layer MLP;
+``--models sage-max`` adds SAGEConv max, cognate's untuned (max, x) kernel),
+one training epoch (zero grads, forward, cross-entropy, backward, Adam step) is timed with
+the adjacency as PyG users pass it:
+
+- ``cognate``: ``cognate.pyg.adjacency(edge_index, n)`` (the two-line change; schedules
+  ranked by the shipped cost model, choices remembered from an earlier run forgotten first
+  unless ``--reuse-choices``); its tuning seconds (the first epoch's choosing, packing,
+  compiling) are reported apart with the break-even epoch count against PyG's fastest path
+  (GCN tunes its normalised adjacency; SAGE and GIN share A's tuning, counted for each);
+- ``edge_index``: the plain edge list (PyG gathers and scatters per edge);
+- ``csr``: ``T.ToSparseTensor(layout=torch.sparse_csr)``'s ``adj_t`` (PyG fuses into
+  ``torch.sparse.mm`` / ``spmm_reduce``);
+- ``EdgeIndex``: ``EdgeIndex(edge_index, sparse_size=(n, n))`` sorted by column.
+
+Before any timing, every backend's first loss and parameter gradients must equal the
+``edge_index`` path's (relative error <= 1e-4); a mismatch is reported and not timed. Each
+backend then runs in its own block of epochs after a pause (``--pause``, 0.3 s: Intel OpenMP
+spins 200 ms after a call), warm-up epochs first, the blocks rotating over ``--rounds``
+rounds; the median epoch and its spread (min-max) per backend. OpenMP and torch threads keep
+their defaults (``--threads N`` sets OMP_NUM_THREADS / MKL_NUM_THREADS before anything loads).
+
+Graphs (``--graphs``): the shared real matrices over 100k stored entries (suitesparse, waco)
+and generated power-law and road graphs (``cognate.synth``, ``--synth-edges``), each as an
+undirected graph: the symmetrised pattern without self loops (a rectangular matrix as its
+bipartite graph). The output says which graphs' matrices the shipped cpu SpMM model saw in
+training or validation (in-sample).
+
+    python scripts/bench_pyg.py --quick                  # one small generated graph
+    python scripts/bench_pyg.py --graphs real --json real.json
+    python scripts/bench_pyg.py --graphs synth --json synth.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from cognate.timing import early_threads
+
+early_threads(sys.argv)  # before numpy / torch load their OpenMP runtimes
+
+import numpy as np  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
+import torch  # noqa: E402
+
+from cognate import synth  # noqa: E402
+from cognate.evaluate.stats import geomean  # noqa: E402
+from cognate.io import load_matrix  # noqa: E402
+from cognate.matrix import Matrix, canonicalize  # noqa: E402
+from cognate.paths import shared_dir  # noqa: E402
+
+MODELS = ("gcn", "sage", "gin", "sage-max")
+DEFAULT_MODELS = ("gcn", "sage", "gin")
+PYG_BACKENDS = ("edge_index", "csr", "EdgeIndex")
+BACKENDS = ("cognate", *PYG_BACKENDS)
+REAL_MIN_NNZ = 100_000
+SYNTH = ("powerlaw", "road")
+TOL = 1e-4
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="one 20k-edge power-law graph, 1 round")
+    p.add_argument("--graphs", choices=("all", "real", "synth"), default="all",
+                   help="shared real matrices over 100k entries, generated graphs, or both")  # fmt: skip
+    p.add_argument("--only", nargs="*", help="only the graphs whose names start with these")
+    p.add_argument("--synth-edges", type=int, nargs="*", default=[1_000_000],
+                   help="entries of each generated graph (default 1M)")  # fmt: skip
+    p.add_argument("--models", nargs="+", choices=MODELS, default=list(DEFAULT_MODELS),
+                   help="models to time (default gcn sage gin)")  # fmt: skip
+    p.add_argument("--hidden", type=int, default=64, help="hidden channels (64)")
+    p.add_argument("--features", type=int, default=128, help="random input features (128)")
+    p.add_argument("--classes", type=int, default=16, help="label classes (16)")
+    p.add_argument("--epochs", type=int, default=4, help="timed epochs per block")
+    p.add_argument("--warmup", type=int, default=1, help="untimed epochs per block")
+    p.add_argument("--rounds", type=int, default=2, help="blocks per backend (rotating)")
+    p.add_argument("--pause", type=float, default=0.3, help="seconds before each block")
+    p.add_argument("--reuse-choices", action="store_true", help="keep remembered choices")
+    p.add_argument("--threads", type=int, help="OMP_NUM_THREADS / MKL_NUM_THREADS")
+    p.add_argument("--seed", type=int, default=0, help="graphs, weights, features (0)")
+    p.add_argument("--json", help="write the rows to this file")
+    p.add_argument("--report", nargs="+", metavar="JSON",
+                   help="print the report of earlier runs' --json files together; run nothing")  # fmt: skip
+    args = p.parse_args(argv)
+    if args.quick:
+        args.graphs, args.synth_edges, args.rounds, args.epochs = "synth", [20_000], 1, 2
+        args.only = ["powerlaw"]
+    for name in ("hidden", "features", "classes", "epochs", "rounds"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be at least 1")
+    return args
+
+
+def graphs(args: argparse.Namespace) -> list[Matrix]:
+    found: list[Matrix] = []
+    if args.graphs in ("all", "real"):
+        root = shared_dir() / "matrices"
+        paths = sorted((root / "suitesparse").glob("*.mtx.gz")) + sorted(
+            (root / "waco").glob("*.csr")
+        )
+        found += [m for m in map(load_matrix, paths) if m.nnz > REAL_MIN_NNZ]
+    if args.graphs in ("all", "synth"):
+        found += [
+            synth.generate(kind, nnz=n, seed=args.seed) for kind in SYNTH for n in args.synth_edges
+        ]
+    if args.only:
+        found = [m for m in found if any(m.name.startswith(o) for o in args.only)]
+    return found
+
+
+def model_data(name: str) -> str:
+    """Which data of the shipped cpu SpMM model the matrix was (train / validation /
+    held-out, from its provenance file), else "unseen"."""
+    if "loaded" not in _SPLIT:
+        from cognate.model.cost_model import resolve_model_path
+
+        path = resolve_model_path(None, "cpu", "spmm").with_suffix(".provenance.json")
+        found = json.loads(path.read_text())["matrices"] if path.is_file() else {}
+        _SPLIT.update({n: split for split, names in found.items() for n in names})
+        _SPLIT["loaded"] = "yes"
+    split = _SPLIT.get(name, "unseen")
+    return "held-out" if split == "test" else split
+
+
+_SPLIT: dict[str, str] = {}
+
+
+def make_model(kind: str, args: argparse.Namespace) -> torch.nn.Module:
+    from torch_geometric.nn import GCNConv, GINConv, SAGEConv
+
+    def gin(i: int, o: int) -> GINConv:
+        mlp = torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(), torch.nn.Linear(o, o))
+        return GINConv(mlp)
+
+    make = {
+        "gcn": lambda i, o: GCNConv(i, o, cached=True),  # PyG's recommended caching
+        "sage": lambda i, o: SAGEConv(i, o, aggr="mean"),
+        "sage-max": lambda i, o: SAGEConv(i, o, aggr="max"),
+        "gin": gin,
+    }[kind]
+    torch.manual_seed(args.seed)
+    return _Net(make(args.features, args.hidden), make(args.hidden, args.classes))
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, conv1: torch.nn.Module, conv2: torch.nn.Module) -> None:
+        super().__init__()
+        self.conv1, self.conv2 = conv1, conv2
+
+    def forward(self, x: torch.Tensor, adj) -> torch.Tensor:
+        return self.conv2(torch.relu(self.conv1(x, adj)), adj)
+
+
+def adjacencies(edge_index: torch.Tensor, n: int, args: argparse.Namespace) -> dict:
+    """The adjacency each backend passes, built as its users build it."""
+    import torch_geometric.transforms as T
+    from torch_geometric import EdgeIndex
+    from torch_geometric.data import Data
+
+    import cognate.pyg
+
+    if not args.reuse_choices:
+        _forget(edge_index, n)
+    csr = T.ToSparseTensor(layout=torch.sparse_csr)(Data(edge_index=edge_index, num_nodes=n))
+    return {
+        "cognate": cognate.pyg.adjacency(edge_index, n),
+        "edge_index": edge_index,
+        "csr": csr.adj_t,
+        "EdgeIndex": EdgeIndex(edge_index, sparse_size=(n, n)).sort_by("col").values,
+    }
+
+
+def _forget(edge_index: torch.Tensor, n: int) -> None:
+    """Forget remembered choices of the adjacency and its GCN-normalised form."""
+    from cognate.pyg import gcn_normalized
+    from cognate.torch import choices
+
+    index = edge_index.numpy()
+    ones = np.ones(index.shape[1], dtype=np.float32)
+    adj = canonicalize(sp.coo_matrix((ones, (index[1], index[0])), shape=(n, n)))
+    choices.forget(Matrix("adj_t", adj))
+    choices.forget(Matrix("gcn", gcn_normalized(adj, 1.0, True)))
+
+
+def trainer(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, adj) -> Callable:
+    """One epoch: zero grads, forward, loss, backward, Adam step; returns the loss and
+    gradients of the epoch (before the step)."""
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def epoch() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x, adj), y)
+        loss.backward()
+        grads = [p.grad.clone() for p in model.parameters()]
+        opt.step()
+        return loss.detach(), grads
+
+    return epoch
+
+
+def rel(got: torch.Tensor, want: torch.Tensor) -> float:
+    return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
+
+
+def one_model(kind: str, adjs: dict, x: torch.Tensor, y: torch.Tensor, args) -> dict:
+
+    base = make_model(kind, args)
+    epochs = {name: trainer(copy.deepcopy(base), x, y, adj) for name, adj in adjs.items()}
+    first = {}
+    for name, epoch in epochs.items():  # the check epoch; cognate's tunes its widths here
+        start = time.perf_counter()
+        first[name] = (*epoch(), time.perf_counter() - start)
+    row: dict = {"tune_s": _tuning_s(kind, adjs["cognate"])}
+    want_loss, want_grads, _ = first["edge_index"]
+    for name, (loss, grads, _) in first.items():
+        error = max(
+            [rel(loss, want_loss)] + [rel(g, w) for g, w in zip(grads, want_grads, strict=True)]
+        )
+        if error > TOL:
+            row["check"] = f"mismatch: {name} differs from edge_index by {error:.1e}"
+            return row
+    row["check"] = "ok"
+    samples: dict[str, list[float]] = {name: [] for name in epochs}
+    for r in range(args.rounds):
+        names = list(epochs)[r % len(epochs) :] + list(epochs)[: r % len(epochs)]
+        for name in names:
+            time.sleep(args.pause)
+            for _ in range(args.warmup):
+                epochs[name]()
+            for _ in range(args.epochs):
+                start = time.perf_counter()
+                epochs[name]()
+                samples[name].append(time.perf_counter() - start)
+    row["epoch_ms"] = {n: float(np.median(s)) * 1e3 for n, s in samples.items()}
+    row["spread_ms"] = {n: [min(s) * 1e3, max(s) * 1e3] for n, s in samples.items()}
+    fastest = min(PYG_BACKENDS, key=lambda n: row["epoch_ms"][n])
+    cog = row["epoch_ms"]["cognate"]
+    row["fastest_pyg"] = fastest
+    row["speedup"] = row["epoch_ms"][fastest] / cog
+    saved = (row["epoch_ms"][fastest] - cog) / 1e3
+    row["break_even_epochs"] = int(np.ceil(row["tune_s"] / saved)) if saved > 0 else None
+    return row
+
+
+def _tuning_s(kind: str, adj_t) -> float:
+    """The tuning of the adjacency ``kind`` runs on: GCN's normalised form, or A itself
+    (SAGE and GIN share it: same widths, so the second model finds it tuned)."""
+    import cognate.pyg
+
+    own = cognate.pyg.tuned(adj_t).tuning_s
+    return cognate.pyg.tuning_seconds(adj_t) - own if kind == "gcn" else own
+
+
+def one_graph(matrix: Matrix, args: argparse.Namespace) -> dict:
+    from cognate.pyg import undirected_edges
+
+    edge_index, n = undirected_edges(matrix)
+    gen = torch.Generator().manual_seed(args.seed)
+    x = torch.randn(n, args.features, generator=gen)
+    y = torch.randint(0, args.classes, (n,), generator=gen)
+    adjs = adjacencies(edge_index, n, args)
+    import cognate.pyg
+
+    row = {
+        "graph": matrix.name,
+        "nodes": n,
+        "edges": int(edge_index.shape[1]),
+        "model_data": model_data(matrix.name),
+        "symmetric_kernel": cognate.pyg.tuned(adjs["cognate"]).symmetric,
+        "models": {},
+    }
+    for kind in args.models:
+        row["models"][kind] = one_model(kind, adjs, x, y, args)
+    return row
+
+
+def report(rows: list[dict], args: argparse.Namespace) -> None:
+    print(
+        f"{'graph':22s} {'model':8s} {'edges':>8s} {'data':>10s} {'tune s':>7s}"
+        + "".join(f" {b + ' ms':>14s}" for b in BACKENDS)
+        + f" {'vs fastest':>10s} {'break-even':>10s}"
+    )
+    for r in rows:
+        for kind, m in r["models"].items():
+            head = f"{r['graph'][:22]:22s} {kind:8s} {r['edges']:8d} {r['model_data']:>10s}"
+            if m["check"] != "ok":
+                print(f"{head} {m['check']}")
+                continue
+            cells = "".join(
+                f" {m['epoch_ms'][b]:7.1f} ({m['spread_ms'][b][1] - m['spread_ms'][b][0]:4.1f})"
+                for b in BACKENDS
+            )
+            be = m["break_even_epochs"]
+            print(
+                f"{head} {m['tune_s']:7.2f}{cells} {m['speedup']:9.2f}x"
+                f" {'never' if be is None else be:>10}  ({m['fastest_pyg']} fastest PyG)"
+            )
+    print("(per backend: median epoch ms and, in brackets, the max-min spread)")
+    for kind in args.models:
+        good = [r for r in rows if r["models"].get(kind, {}).get("check") == "ok"]
+        ratios = [r["models"][kind]["speedup"] for r in good]
+        if not ratios:
+            continue
+        out = [
+            r["models"][kind]["speedup"] for r in good if r["model_data"] in ("unseen", "held-out")
+        ]
+        print(
+            f"{kind}: cognate vs the fastest PyG cpu path per graph: geomean"
+            f" {geomean(ratios):.2f}x over {len(ratios)} graphs (min {min(ratios):.2f}x, max"
+            f" {max(ratios):.2f}x)"
+            + (f"; out-of-sample graphs only: {geomean(out):.2f}x over {len(out)}" if out else "")
+        )
+    seen = sorted({r["graph"] for r in rows if r["model_data"] in ("train", "validation")})
+    print(
+        f"in-sample for the shipped cpu SpMM model (its matrix trained/validated it): {seen or 'none'}"
+    )
+
+
+def report_files(args: argparse.Namespace) -> int:
+    """The report of saved runs (``--json`` files) as one table and one summary."""
+    rows = []
+    for name in args.report:
+        try:
+            rows += json.loads(open(name).read())
+        except (OSError, ValueError) as err:
+            print(f"bench_pyg: cannot read {name}: {err}")
+            return 1
+    args.models = [m for m in MODELS if any(m in r["models"] for r in rows)]
+    report(rows, args)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.report:
+        return report_files(args)
+    try:
+        import torch_geometric
+    except ImportError:
+        print("bench_pyg: torch_geometric is not installed (pip install 'cognate[pyg]')")
+        return 1
+    from cognate.hostid import _cpu_model
+
+    cpuinfo = Path("/proc/cpuinfo")
+    flags = cpuinfo.read_text() if cpuinfo.is_file() else ""
+    isa = "AVX-512" if "avx512f" in flags else "no AVX-512 (or unknown)"
+    print(f"host: {_cpu_model()} ({isa}), {torch.get_num_threads()} cores used by torch")
+    print(
+        f"torch {torch.__version__}, torch_geometric {torch_geometric.__version__},"
+        f" {torch.get_num_threads()} torch threads; hidden {args.hidden}, features"
+        f" {args.features}, classes {args.classes}; {args.rounds} rounds x {args.epochs}"
+        f" epochs per backend",
+        flush=True,
+    )
+    rows = []
+    for matrix in graphs(args):
+        start = time.perf_counter()
+        rows.append(one_graph(matrix, args))
+        print(f"  {matrix.name}: done in {time.perf_counter() - start:.1f} s", flush=True)
+    report(rows, args)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(rows, handle, indent=2)
+    ok = all(m["check"] == "ok" for r in rows for m in r["models"].values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
