@@ -556,6 +556,15 @@ def test_work_sizing_options_are_bounded(tuned, option, value, limit, capsys) ->
     assert time.perf_counter() - started < 30  # refused before any work (8 GB once)
 
 
+def test_gpu_ranks_with_the_shipped_zero_shot_model(tuned, capsys) -> None:
+    code, out, err = run_cli(["tune", str(tuned), "--target", "gpu", "--top-k", "3"], capsys)
+    assert code == 0, err
+    text = " ".join((out + err).split())
+    assert "top 3 of" in text and "Traceback" not in text
+    assert "zero-shot: the shipped cpu model carried to gpu through the config mapper" in text
+    assert "`--verify` on a gpu machine measures its picks" in text
+
+
 def test_gpu_without_cuda_says_so_first(tuned, tmp_path, monkeypatch, capsys) -> None:
     import torch
 
