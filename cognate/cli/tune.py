@@ -110,6 +110,46 @@ def _footnotes(result: Any, notes: list[list[str]], simulated: bool) -> list[str
     return lines
 
 
+def _kept_baseline_text(result: Any, rank_1_is_base: bool, sim: str) -> str:
+    """Why the baseline stays, agreeing with the table: either nothing ran faster, or the
+    fastest candidate's lead is within the timing spread (named, with both figures)."""
+    base = result.baseline
+    faster = [
+        c
+        for c in result.candidates
+        if c.config != base.config and c.status == "ok" and c.runtime_s
+        if c.runtime_s < base.runtime_s
+    ]
+    start = "rank 1 is the baseline config" if rank_1_is_base else "kept the baseline config"
+    kept = f"keep it ({_time(base.runtime_s)}{sim})"
+    if not faster:
+        return f"{start}, and no other candidate ran faster: {kept}"
+    fastest = min(faster, key=lambda c: c.runtime_s)
+    noise = max(fastest.spread_s or 0.0, base.spread_s or 0.0)
+    busy = " on a busy machine" if result.unreliable else ""
+    return (
+        f"{start}: rank {fastest.scored_rank or fastest.rank} ran "
+        f"{base.runtime_s / fastest.runtime_s:.3f}x faster ({_time(fastest.runtime_s)}), but "
+        f"its lead ({_time(base.runtime_s - fastest.runtime_s)}) is within the timing spread "
+        f"(±{_time(noise)}){busy}, so it is not a measured win: {kept}"
+    )
+
+
+def _next_step(result: Any, matrix: Path) -> str:
+    """What to do with the choice, in one line per target."""
+    call = f"--target {result.target} --op {result.op} --width {result.width}"
+    if result.target == "cpu":
+        run = "kernel(X, Y, out=values)" if result.op == "sddmm" else "kernel(B, out=C)"
+        return (
+            f"to use it: `cognate tune {matrix} {call} --verify --emit DIR` writes its C source "
+            f"and config; in Python, `cognate.tune(path, target='cpu', op='{result.op}', "
+            f"width={result.width}, verify=True).{run}` runs it on your arrays (A packed once)"
+        )
+    if result.target == "gpu" and not result.verified:
+        return "next: on a machine with a CUDA GPU, `--verify` times these picks against cuSPARSE"
+    return f"to keep it: `cognate tune {matrix} {call} --emit DIR` writes the chosen config"
+
+
 def _print_summary(console: Console, result: Any) -> None:
     from cognate.hostid import is_simulated
 
@@ -127,16 +167,8 @@ def _print_summary(console: Console, result: Any) -> None:
     if best.status != "ok":
         console.print("no top-k candidate ran successfully; see the table")
         return
-    if result.kept_baseline and rank_1_is_base:
-        text = (
-            "rank 1 is the baseline config, and no other candidate beat it: keep it "
-            f"({_time(best.runtime_s)}{sim})"
-        )
-    elif result.kept_baseline:
-        text = (
-            "kept the baseline: no candidate beat it by more than the timing spread "
-            f"({_time(best.runtime_s)}{sim})"
-        )
+    if result.kept_baseline:
+        text = _kept_baseline_text(result, rank_1_is_base, sim)
     else:
         text = f"best: rank {best.scored_rank or best.rank}, {_time(best.runtime_s)}{sim}, "
         text += best.description
@@ -253,6 +285,7 @@ def tune(
     from cognate.errors import CognateError
     from cognate.io import load_matrix
     from cognate.model.portfolio import ranking_line
+    from cognate.progress import say
     from cognate.search import emit as emit_files
     from cognate.search.learn import model_to_use
 
@@ -279,6 +312,7 @@ def tune(
             seed=seed,
             cover_families=cover_families,
             threads=threads,
+            announce=None if as_json else say,  # plain lines on stderr: a pipe sees them too
         )
     recorded = _record(result, db, no_record)
     learned = _learn(result, seed) if learn else None
@@ -307,6 +341,8 @@ def tune(
         console.print(_learned_line(learned), soft_wrap=True, markup=False)
     for path in files:
         console.print(f"wrote {path}")
+    if not files:
+        console.print(_next_step(result, matrix), soft_wrap=True, markup=False)
 
 
 def _check_bounds(top_k: int, candidates: int) -> None:

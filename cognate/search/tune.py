@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,18 +33,20 @@ def tune_matrix(
     top_k: int = 5,
     model: str | Path | CostModel | None = None,
     verify: bool = False,
-    n_candidates: int = DEFAULT_CANDIDATES,
+    candidates: int = DEFAULT_CANDIDATES,
     seed: int = DEFAULT_SEED,
     progress: ProgressFn | None = None,
     runner_options: dict[str, Any] | None = None,
     cover_families: bool = True,
     threads: int | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> TuneResult:
     """Rank the candidates of (target, op) for ``matrix`` with ``model`` (a CostModel, a
     model file, or None: the shipped one); with ``verify``, measure the top-k and the
     baseline (and the target's library references, all in interleaved rounds with
     ``threads`` threads on cpu, default all cores). ``cover_families``: the top-k holds
-    each kernel family's best-ranked config (``runnable_top``)."""
+    each kernel family's best-ranked config (``runnable_top``). ``announce``: called with one
+    line as each long step starts (ranking, verifying), once the inputs are checked."""
     if threads is not None and (
         not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
     ):
@@ -55,7 +58,9 @@ def tune_matrix(
     check_work(matrix, f"tune --target {target}", tune_cost(target, width, verify))
     space = the_target.space(op)
     cost_model = _cost_model(model, space)
-    ranked, timings = rank(cost_model, space, matrix, width, n_candidates, seed)
+    say = announce or (lambda line: None)
+    say(f"ranking up to {candidates:,} {target} {op} configs for {matrix.name} with the model")
+    ranked, timings = rank(cost_model, space, matrix, width, candidates, seed)
     baseline_config = space.baseline(matrix.shape)
     baseline = next(c for c in ranked if same_config(c.config, baseline_config))
     start = time.perf_counter()
@@ -70,8 +75,18 @@ def tune_matrix(
     result.space_version = space.version
     result.ranking = ranking_used(cost_model.metadata)
     if verify:
+        say(_verify_line(result))
         verify_result(result, the_target, progress, runner_options, threads)
     return result
+
+
+def _verify_line(result: TuneResult) -> str:
+    measured = len({c.config for c in [*result.candidates, result.baseline]})
+    what = "simulating" if result.target == "spade" else "timing"
+    line = f"{what} {measured} configs (the top {len(result.candidates)} and the baseline)"
+    return line + (
+        " and the library references in interleaved rounds" if result.target == "cpu" else ""
+    )
 
 
 def _cost_model(model: str | Path | CostModel | None, space: Space) -> CostModel:
