@@ -44,7 +44,7 @@ from cognate.model.cost_model import CostModel, LearnedModel
 from cognate.model.portfolio import (
     PORTFOLIO_KEY,
     choose_portfolio,
-    chooser_words,  # noqa: F401  (evaluate.run reads it here)
+    chooser_words,  # noqa: F401  (evaluate.report reads it here)
     order_words,
     portfolio_anchor,
     portfolio_order,
