@@ -87,7 +87,7 @@ provenance() {  # model command... -> writes <model minus .safetensors>.provenan
   "$PY" - "$model" "$DB" "$SNAP" "$REPO" "$@" <<'EOF'
 import datetime, json, subprocess, sys
 from pathlib import Path
-from cognate.model.train import read_metadata
+from cognate.model.checkpoint import read_metadata
 from cognate.store import Store
 
 model, db, snap, repo, *command = sys.argv[1:]

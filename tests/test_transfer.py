@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 
 from cognate.cli import main, run
-from cognate.model.train import read_metadata
+from cognate.model.checkpoint import read_metadata
 from cognate.space import LoopNest
 from cognate.targets import get_target
 from cognate.targets.gpu.space import map_gpu

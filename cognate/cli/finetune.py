@@ -117,7 +117,7 @@ def finetune(
     order) or their blend (a portfolio, as `cognate portfolio`). The model and everything
     about the run, the choice and its validation figures included, are written to -o.
     """
-    from cognate.model.train import read_metadata
+    from cognate.model.checkpoint import read_metadata
     from cognate.progress import EpochReporter, plural, read_runs
     from cognate.records import record_frame  # torch and the model: only when run
     from cognate.targets import get_target

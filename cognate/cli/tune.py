@@ -136,18 +136,20 @@ def _kept_baseline_text(result: Any, rank_1_is_base: bool, sim: str) -> str:
 
 
 def _next_step(result: Any, matrix: Path) -> str:
-    """What to do with the choice, in one line per target."""
+    """What to do with the choice, in one line: the emit command, and on a target with a
+    callable kernel the Python call that runs it."""
+    from cognate.targets import get_target
+
     call = f"--target {result.target} --op {result.op} --width {result.width}"
-    if result.target == "cpu":
-        run = "kernel(X, Y, out=values)" if result.op == "sddmm" else "kernel(B, out=C)"
-        return (
-            f"to use it: `cognate tune {matrix} {call} --verify --emit DIR` writes its C source "
-            f"and config; in Python, `cognate.tune(path, target='cpu', op='{result.op}', "
-            f"width={result.width}, verify=True).{run}` runs it on your arrays (A packed once)"
-        )
-    if result.target == "gpu" and not result.verified:
-        return "next: on a machine with a CUDA GPU, `--verify` times these picks against cuSPARSE"
-    return f"to keep it: `cognate tune {matrix} {call} --emit DIR` writes the chosen config"
+    call += " --verify" if result.verified else ""
+    emit = f"`cognate tune {matrix} {call} --emit DIR` writes the chosen schedule"
+    if not get_target(result.target).has_kernel:
+        return f"to keep it: {emit}"
+    run = "kernel(X, Y, out=values)" if result.op == "sddmm" else "kernel(B, out=C)"
+    return (
+        f"to use it: {emit}; in Python, `cognate.tune(path, target='{result.target}', "
+        f"op='{result.op}', width={result.width}).{run}` runs it on your arrays (A packed once)"
+    )
 
 
 def _print_summary(console: Console, result: Any) -> None:
@@ -293,8 +295,7 @@ def tune(
     if learn and not verify:
         raise CognateError("--learn refines the model on --verify's measurements: add --verify")
     console = Console(stderr=as_json)
-    if target == "gpu":
-        _say_if_no_gpu(verify)
+    _say_if_it_cannot_run_here(target, verify)
     model, model_note = model_to_use(model, target, op)
     if model_note:
         console.print(model_note, soft_wrap=True, markup=False)
@@ -361,20 +362,23 @@ def _check_bounds(top_k: int, candidates: int) -> None:
         )
 
 
-def _say_if_no_gpu(verify: bool) -> None:
-    """Without a CUDA GPU, say so first: the errors that follow (no shipped gpu model, no
-    runner) all come from it."""
+def _say_if_it_cannot_run_here(target: str, verify: bool) -> None:
+    """When this machine cannot run the target's kernels (a gpu target without a CUDA GPU),
+    say so first: the errors that may follow (no model, no runner) all come from it."""
     from cognate.errors import CognateError
-    from cognate.targets.gpu import cuda_missing
+    from cognate.targets import get_target
 
-    missing = cuda_missing()
+    missing = get_target(target).missing()
     if missing is None:
         return
     if verify:
-        raise CognateError(f"--target gpu --verify: {missing}")
+        raise CognateError(f"--target {target} --verify: {missing}")
     # on stderr, where the errors that may follow go
     click.echo(f"note: {missing}", err=True)
-    click.echo("gpu kernels cannot run here: a gpu model can rank them, --verify cannot", err=True)
+    click.echo(
+        f"{target} kernels cannot run here: a {target} model can rank them, --verify cannot",
+        err=True,
+    )
 
 
 def _learn(result: Any, seed: int) -> dict[str, Any]:

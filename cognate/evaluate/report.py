@@ -20,7 +20,7 @@ from cognate.evaluate.harness import (
     picked_variant,
 )
 from cognate.evaluate.preset import ABLATIONS, ExperimentPreset
-from cognate.evaluate.stats import Estimate, bootstrap_ci, mean_of_geomeans, mean_of_ratio
+from cognate.stats import Estimate, bootstrap_ci, mean_of_geomeans, mean_of_ratio
 from cognate.transfer.select import PICKERS
 
 # docs/architecture.md, Evaluation protocol: the COGNATE paper's own numbers (geomean speedup over the baseline config).

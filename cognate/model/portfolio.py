@@ -113,8 +113,8 @@ def choose_portfolio(
     """The metadata entry of ``model``'s portfolio: the greedy fixed M-set of ``train`` with
     M chosen on ``validation`` (see the module doc). ``configs`` is empty when the model alone
     ranks best on validation."""
-    from cognate.evaluate.baselines import greedy_fixed_set
-    from cognate.evaluate.stats import geomean
+    from cognate.model.fixed_set import greedy_fixed_set
+    from cognate.stats import geomean
 
     validation = [r for r in validation if r.baseline is not None]
     if not validation:
@@ -213,7 +213,7 @@ def ranking_decision(
     and as shares of the validation oracle. Each option is its best row of ``entry``'s
     validation table (by the product ``choose_portfolio`` maximises); the chosen option is
     the chosen row. ``greedy_from`` says which matrices the greedy set was chosen on."""
-    from cognate.evaluate.stats import geomean
+    from cognate.stats import geomean
 
     runs = [r for r in validation if r.baseline is not None]
     oracle = geomean([float(r.runtimes[r.baseline] / r.runtimes.min()) for r in runs])

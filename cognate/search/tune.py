@@ -17,7 +17,7 @@ from cognate.search.rank import DEFAULT_CANDIDATES, DEFAULT_SEED, rank, runnable
 from cognate.search.result import TuneResult
 from cognate.search.verify import verify as verify_result
 from cognate.space import Space
-from cognate.targets import get_target
+from cognate.targets import Target, get_target
 
 
 def load_model(path: str | Path, space: Space) -> CostModel:
@@ -75,17 +75,17 @@ def tune_matrix(
     result.space_version = space.version
     result.ranking = ranking_used(cost_model.metadata)
     if verify:
-        say(_verify_line(result))
+        say(_verify_line(result, the_target))
         verify_result(result, the_target, progress, runner_options, threads)
     return result
 
 
-def _verify_line(result: TuneResult) -> str:
+def _verify_line(result: TuneResult, target: Target) -> str:
     measured = len({c.config for c in [*result.candidates, result.baseline]})
-    what = "simulating" if result.target == "spade" else "timing"
+    what = "timing" if target.exclusive else "simulating"
     line = f"{what} {measured} configs (the top {len(result.candidates)} and the baseline)"
     return line + (
-        " and the library references in interleaved rounds" if result.target == "cpu" else ""
+        " and the library references in interleaved rounds" if target.has_library else ""
     )
 
 

@@ -33,6 +33,7 @@ import torch
 from cognate.errors import CognateError
 from cognate.matrix import canonicalize
 from cognate.timing import Load
+from cognate.torch.inputs import as_operand_matrix
 
 NODE_ORDERS: tuple[str, ...] = ("identity", "rcm", "degree", "cluster")
 
@@ -43,8 +44,6 @@ def _square_csr(A: Any) -> sp.csr_matrix:
     if sp.issparse(A):
         csr = canonicalize(A)
     else:
-        from cognate.torch.operand import as_operand_matrix
-
         csr = as_operand_matrix(A).csr
     rows, cols = csr.shape
     if rows != cols:

@@ -34,8 +34,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from cognate.errors import CognateError
+from cognate.model.checkpoint import (
+    check_space,
+    checkpoint_metadata,
+    load_weights,
+    new_network,
+    read_metadata,
+)
 from cognate.model.cost_model import LearnedModel, register_loader
 from cognate.model.encoding import ConcatEncoder, make_encoder
+from cognate.model.fit import Embedder, ProgressFn, encode_all, evaluate, fit, split_matrices
 from cognate.model.portfolio import (
     RANKING_KEY,
     best_of_top,
@@ -44,19 +52,6 @@ from cognate.model.portfolio import (
 )
 from cognate.model.predictor import RankingNetwork
 from cognate.model.preset import ModelPreset
-from cognate.model.train import (
-    Embedder,
-    ProgressFn,
-    check_space,
-    checkpoint_metadata,
-    encode_all,
-    evaluate,
-    fit,
-    load_weights,
-    new_network,
-    read_metadata,
-    split_matrices,
-)
 from cognate.records import MatrixRuns
 from cognate.space import Space
 from cognate.targets import get_target
@@ -489,7 +484,7 @@ def score_chosen_on_test(model: LearnedModel, runs: Sequence[MatrixRuns]) -> dic
     """The shipped ranking (the model with the portfolio ``choose_ranking`` gave it) scored
     once on its test matrices, after the choice: top-1 and best of top-k geomean speedups
     over the baseline and the oracle. Stored as ``ranking.test``; nothing reads it to choose."""
-    from cognate.evaluate.stats import geomean
+    from cognate.stats import geomean
 
     decision = model.metadata[RANKING_KEY]
     test_keys = {m["sha256"] for m in model.metadata["split"]["test"]}
