@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from cognate.targets import OPS
 # of the default. With --verify each of the top-k is measured; 256 is a whole spade space.
 MAX_CANDIDATES = 500_000
 MAX_TOP_K = 256
+PIPE_WIDTH = 160
 
 
 def register(main: click.Group, data: click.Group) -> None:
@@ -294,7 +296,7 @@ def tune(
     _check_bounds(top_k, candidates)
     if learn and not verify:
         raise CognateError("--learn refines the model on --verify's measurements: add --verify")
-    console = Console(stderr=as_json)
+    console = _console(as_json)
     _say_if_it_cannot_run_here(target, verify)
     model, model_note = model_to_use(model, target, op)
     if model_note:
@@ -344,6 +346,15 @@ def tune(
         console.print(f"wrote {path}")
     if not files:
         console.print(_next_step(result, matrix), soft_wrap=True, markup=False)
+
+
+def _console(as_json: bool) -> Console:
+    """stdout (stderr under --json). Not a terminal (a pipe, a log): 160 columns instead of
+    rich's 80, so a config's row stays one line or two instead of wrapping into ten."""
+    console = Console(stderr=as_json)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=as_json, width=PIPE_WIDTH)
+    return console
 
 
 def _check_bounds(top_k: int, candidates: int) -> None:
