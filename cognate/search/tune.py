@@ -18,6 +18,7 @@ from cognate.search.result import TuneResult
 from cognate.search.verify import verify as verify_result
 from cognate.space import Space
 from cognate.targets import Target, get_target
+from cognate.util import positive_int
 
 
 def load_model(path: str | Path, space: Space) -> CostModel:
@@ -47,14 +48,11 @@ def tune_matrix(
     ``threads`` threads on cpu, default all cores). ``cover_families``: the top-k holds
     each kernel family's best-ranked config (``runnable_top``). ``announce``: called with one
     line as each long step starts (ranking, verifying), once the inputs are checked."""
-    if threads is not None and (
-        not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
-    ):
-        raise CognateError(f"threads must be a positive integer, got {threads!r}")
+    if threads is not None:
+        positive_int(threads, "threads")
     the_target = get_target(target)
     the_target.check_width(width)
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise CognateError(f"top-k must be a positive integer, got {top_k!r}")
+    positive_int(top_k, "top-k")
     check_work(matrix, f"tune --target {target}", tune_cost(target, width, verify))
     space = the_target.space(op)
     cost_model = _cost_model(model, space)

@@ -44,6 +44,7 @@ from cognate.torch.choices import Choice, TuneOptions, choose
 from cognate.torch.inputs import as_operand_matrix
 from cognate.torch.ops import register, spmm
 from cognate.torch.order import NODE_ORDERS, NodeOrder, choose_node_order, node_order
+from cognate.util import positive_int
 
 TRANSPOSES = ("reuse", "tune")
 
@@ -233,8 +234,7 @@ class TunedSparse:
         found = self._prepared.get(key)
         if found is not None:
             return found
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise CognateError(f"dense width must be a positive integer, got {width!r}")
+        positive_int(width, "dense width")
         start = time.perf_counter()
         self._depth += 1
         try:

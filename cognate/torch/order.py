@@ -34,6 +34,7 @@ from cognate.errors import CognateError
 from cognate.matrix import canonicalize
 from cognate.timing import Load
 from cognate.torch.inputs import as_operand_matrix
+from cognate.util import positive_int
 
 NODE_ORDERS: tuple[str, ...] = ("identity", "rcm", "degree", "cluster")
 
@@ -161,8 +162,7 @@ def choose_node_order(
     names = list(dict.fromkeys(check_order_name(by) for by in candidates))
     if not names:
         raise CognateError("choose_node_order: no candidate orders")
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        raise CognateError(f"choose_node_order: width must be a positive integer, got {width!r}")
+    positive_int(width, "choose_node_order: width")
     csr = _square_csr(A)
     b = np.random.default_rng(0).standard_normal((csr.shape[0], width)).astype(np.float32)
     config = make_space("spmm").baseline(csr.shape)

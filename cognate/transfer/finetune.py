@@ -65,7 +65,7 @@ from cognate.transfer.autoencoder import (  # also registers kind "ae"
 from cognate.transfer.mapper import HOMOGENEOUS_DIM, MAPPERS, homogeneous_encoder
 from cognate.transfer.schema import LATENTS, validate_transfer
 from cognate.transfer.select import PICKERS, SELECTIONS, pick_random
-from cognate.util import atomic_path
+from cognate.util import atomic_path, positive_int
 
 AE_PREFIX = "ae"  # a fine-tuned model's autoencoder weights are saved as ae.*
 
@@ -112,8 +112,7 @@ class FinetuneOptions:
             )
         if self.from_scratch and self.zero_shot:
             raise CognateError("--from-scratch and --zero-shot exclude each other")
-        if not (isinstance(self.matrices, int) and self.matrices >= 1):
-            raise CognateError(f"matrices must be a positive integer, got {self.matrices!r}")
+        positive_int(self.matrices, "matrices")
         for name in ("val_fraction", "test_fraction"):
             if not 0 < float(getattr(self, name)) < 0.5:
                 raise CognateError(f"{name} must be in (0, 0.5)")
