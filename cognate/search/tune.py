@@ -26,6 +26,10 @@ def load_model(path: str | Path, space: Space) -> CostModel:
     return CostModel.load(path, space)
 
 
+# Ranking takes seconds from about this size on (the embedding grows with nnz): announced.
+ANNOUNCE_RANKING_NNZ = 1_000_000
+
+
 def tune_matrix(
     matrix: Matrix,
     target: str = "cpu",
@@ -57,7 +61,8 @@ def tune_matrix(
     space = the_target.space(op)
     cost_model = _cost_model(model, space)
     say = announce or (lambda line: None)
-    say(f"ranking up to {candidates:,} {target} {op} configs for {matrix.name} with the model")
+    if matrix.nnz >= ANNOUNCE_RANKING_NNZ:
+        say(f"ranking up to {candidates:,} {target} {op} configs for {matrix.name} with the model")
     ranked, timings = rank(cost_model, space, matrix, width, candidates, seed)
     baseline_config = space.baseline(matrix.shape)
     baseline = next(c for c in ranked if same_config(c.config, baseline_config))
