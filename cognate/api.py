@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import scipy.sparse as sp
@@ -49,6 +50,7 @@ def tune(
     cover_families: bool = True,
     threads: int | None = None,
     record: str | Path | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> TuneResult:
     """Rank schedules of ``op`` on ``target`` for ``matrix`` with a cost model.
 
@@ -63,6 +65,7 @@ def tune(
     cores); ``result.best`` is the fastest of the top-k and the baseline (the baseline when no
     candidate beat it), ``result.unreliable`` says the machine was busy meanwhile.
     ``record``: a record store (SQLite file) to keep the verified measurements in.
+    ``announce``: called with one line as each long step starts (ranking, verifying).
     The result holds the top-k (``result.candidates``), the chosen ``result.config`` and, on
     cpu, ``result.kernel(B, out=None)`` (SpMM) / ``result.kernel(X, Y, out=None)`` (SDDMM)
     running that schedule without copying float32 C-contiguous operands.
@@ -75,10 +78,11 @@ def tune(
         top_k=top_k,
         model=model,
         verify=verify,
-        n_candidates=candidates,
+        candidates=candidates,
         seed=seed,
         cover_families=cover_families,
         threads=threads,
+        announce=announce,
     )
     if record is not None and result.verified:
         record_verified(result, record)

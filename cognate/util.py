@@ -6,6 +6,7 @@ One home, so a fix (a unique temp name, a readable YAML error) lands everywhere 
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 import tempfile
 from collections.abc import Callable, Iterator
@@ -20,6 +21,14 @@ def one_line(text: object, limit: int | None = None) -> str:
     cut to ``limit`` characters when given."""
     folded = " ".join(str(text).split())
     return folded[:limit] if limit is not None else folded
+
+
+def positive_int(value: object, what: str) -> int:
+    """``value`` when it is a positive integer (a numpy integer too, never a bool), else a
+    CognateError: "<what> must be a positive integer, got <value>"."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise CognateError(f"{what} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def describe(exc: BaseException, limit: int | None = None) -> str:

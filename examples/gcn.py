@@ -1,5 +1,4 @@
-"""Train a 2-layer GCN on a graph from a Matrix Market file, with cognate's tuned kernels or
-with torch.sparse.mm.
+"""Train a 2-layer GCN on a graph (a matrix file) with cognate's tuned kernels or torch.sparse.mm.
 
     python examples/gcn.py GRAPH.mtx[.gz] --backend cognate --epochs 100
     python examples/gcn.py GRAPH.mtx --backend torch
@@ -31,13 +30,20 @@ from cognate.torch.ops import spmm
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("graph", help="a matrix file cognate reads (.mtx, .mtx.gz, .npz, ...)")
-    p.add_argument("--backend", choices=BACKENDS, default="cognate")
-    p.add_argument("--epochs", type=int, default=100)
-    p.add_argument("--hidden", type=int, default=64)
-    p.add_argument("--features", type=int, default=128)
-    p.add_argument("--classes", type=int, default=8)
-    p.add_argument("--lr", type=float, default=0.01)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default="cognate",
+        help="cognate: tuned kernels, A^T tuned for the backward (default); torch: "
+        "torch.sparse.mm with plain autograd; torch-t: torch.sparse.mm with A^T built once "
+        "for the backward (torch's fastest way)",
+    )
+    p.add_argument("--epochs", type=int, default=100, help="training epochs (default 100)")
+    p.add_argument("--hidden", type=int, default=64, help="hidden width (default 64)")
+    p.add_argument("--features", type=int, default=128, help="input features (default 128)")
+    p.add_argument("--classes", type=int, default=8, help="label classes (default 8)")
+    p.add_argument("--lr", type=float, default=0.01, help="Adam learning rate (default 0.01)")
+    p.add_argument("--seed", type=int, default=0, help="features, labels and weights")
     p.add_argument("--verify", action="store_true", help="measure the top schedules (slower)")
     p.add_argument(
         "--order",

@@ -54,10 +54,10 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from cognate import synth  # noqa: E402
-from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
+from cognate.stats import geomean  # noqa: E402
 from cognate.timing import time_interleaved  # noqa: E402
 from cognate.torch import choices  # noqa: E402
 from cognate.torch.gnn import (  # noqa: E402
@@ -67,7 +67,7 @@ from cognate.torch.gnn import (  # noqa: E402
     normalized_adjacency,
     propagation,
 )
-from cognate.torch.operand import as_operand_matrix  # noqa: E402
+from cognate.torch.inputs import as_operand_matrix  # noqa: E402
 from cognate.torch.ops import spmm  # noqa: E402
 from cognate.torch.order import NODE_ORDERS, node_order  # noqa: E402
 

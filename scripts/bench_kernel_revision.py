@@ -24,10 +24,10 @@ early_threads(sys.argv)  # --threads N reaches OpenMP before any runtime loads
 
 from cognate.build import compile_c  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
-from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
+from cognate.stats import geomean  # noqa: E402
 from cognate.targets.cpu import families  # noqa: E402
 from cognate.targets.cpu.measure import library  # noqa: E402
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402

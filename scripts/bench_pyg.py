@@ -53,10 +53,10 @@ import scipy.sparse as sp  # noqa: E402
 import torch  # noqa: E402
 
 from cognate import synth  # noqa: E402
-from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix, canonicalize  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
+from cognate.stats import geomean  # noqa: E402
 
 MODELS = ("gcn", "sage", "gin", "sage-max")
 DEFAULT_MODELS = ("gcn", "sage", "gin")

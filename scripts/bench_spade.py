@@ -28,10 +28,10 @@ from pathlib import Path
 
 import scipy.sparse as sp
 
-from cognate.evaluate.stats import geomean
 from cognate.io import load_matrix
 from cognate.matrix import Matrix
 from cognate.paths import REPO_ROOT, shared_dir
+from cognate.stats import geomean
 from cognate.synth import generate
 from cognate.targets.spade.runner import SpadeRunner
 from cognate.targets.spade.simulator import (

@@ -60,10 +60,10 @@ import numpy as np  # noqa: E402
 
 import cognate  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
-from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.io import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
+from cognate.stats import geomean  # noqa: E402
 from cognate.targets.cpu.measure import library  # noqa: E402
 from cognate.targets.cpu.measure.check import mismatch, reference  # noqa: E402
 from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402

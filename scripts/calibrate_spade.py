@@ -25,9 +25,9 @@ from pathlib import Path
 import scipy.sparse as sp
 
 from cognate.errors import CognateError
-from cognate.evaluate.stats import geomean
 from cognate.matrix import Matrix
 from cognate.paths import REPO_ROOT, cognate_home
+from cognate.stats import geomean
 from cognate.synth.published import DELAUNAY_NUMBERINGS, PUBLISHED_MATRICES, published_matrix
 from cognate.targets.spade.simulator import Schedule, load_machine, simulate
 

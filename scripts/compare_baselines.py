@@ -17,12 +17,13 @@ from pathlib import Path
 
 import numpy as np
 
-from cognate.evaluate.baselines import all_baselines, greedy_fixed_set
-from cognate.evaluate.stats import bootstrap_ci, mean_of_ratio
+from cognate.evaluate.baselines import all_baselines
+from cognate.model.checkpoint import read_metadata
 from cognate.model.cost_model import CostModel
+from cognate.model.fixed_set import greedy_fixed_set
 from cognate.model.portfolio import describe_portfolio
-from cognate.model.train import read_metadata
 from cognate.records import load_runs
+from cognate.stats import bootstrap_ci, mean_of_ratio
 from cognate.targets import get_target
 
 

@@ -28,16 +28,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
-from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from cognate.dataset import local_source, portable_source
-from cognate.evaluate.baselines import greedy_set
-from cognate.evaluate.stats import bootstrap_ci, geomean, mean_of_geomeans, mean_of_ratio
+from cognate.model.fixed_set import greedy_set
+from cognate.stats import bootstrap_ci, geomean, mean_of_geomeans, mean_of_ratio
 from cognate.store import Store
 from cognate.targets import get_target
 from cognate.transfer.finetune import split_target
@@ -106,11 +104,6 @@ def store_table(frame: pd.DataFrame) -> str:
     return _markdown(counts)
 
 
-def _geomean(values: Iterable[float]) -> float:
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
 def spade_section(frame: pd.DataFrame, op: str, width: int, space_size: int = 256) -> list[str]:
     ok = frame[(frame.target == "spade") & (frame.op == op) & (frame.width == width)]
     ok = ok[ok.status == "ok"]
@@ -132,7 +125,7 @@ def spade_section(frame: pd.DataFrame, op: str, width: int, space_size: int = 25
     lines = [
         f"spade {op}, width {width}: {len(keys)} matrices on all {space_size} configs "
         f"(split: {len(train)} train, {len(test)} test).",
-        f"- oracle / base config geomean: {_geomean(max(s.values()) for s in speedups.values()):.3f}x",
+        f"- oracle / base config geomean: {geomean(max(s.values()) for s in speedups.values()):.3f}x",
         f"- distinct oracle configs: {len(set(oracle_configs.values()))}",
     ]
     for label, subset in (
@@ -142,9 +135,9 @@ def spade_section(frame: pd.DataFrame, op: str, width: int, space_size: int = 25
         if not subset or not fixed:
             lines.append(f"- {label}: no matrices")
             continue
-        oracle = _geomean(max(speedups[k].values()) for k in subset)
-        one = _geomean(speedups[k].get(fixed[0], 1.0) for k in subset)
-        five = _geomean(max(speedups[k].get(h, 1.0) for h in fixed) for k in subset)
+        oracle = geomean(max(speedups[k].values()) for k in subset)
+        one = geomean(speedups[k].get(fixed[0], 1.0) for k in subset)
+        five = geomean(max(speedups[k].get(h, 1.0) for h in fixed) for k in subset)
         lines.append(
             f"- {label} ({len(subset)} matrices): best fixed config {100 * one / oracle:.1f}% "
             f"of the oracle, greedy fixed 5-set {100 * five / oracle:.1f}% (chosen on train)"
@@ -172,11 +165,11 @@ def _sampled_lines(sampled: pd.DataFrame, fixed: list[str]) -> list[str]:
     if not one:
         return [line + "the best fixed config was not measured on any of them"]
     line += (
-        f"best fixed config {100 * _geomean(one):.1f}% of the best measured config on the "
+        f"best fixed config {100 * geomean(one):.1f}% of the best measured config on the "
         f"{len(one)} where it was measured"
     )
     if five:
-        line += f", greedy fixed 5-set {100 * _geomean(five):.1f}% on {len(five)}"
+        line += f", greedy fixed 5-set {100 * geomean(five):.1f}% on {len(five)}"
     return [line + " (upper bounds on the % of the oracle)"]
 
 
@@ -349,7 +342,7 @@ def space_audit(frame: pd.DataFrame, op: str, width: int, target: str = "spade")
             within = sum(r >= 1 / 1.05 for r in ratios)
             lines.append(
                 f"| {knob} | {value} | {edge} | {takes / n:.1%} | "
-                f"{_geomean(ratios):.1%} | {within / n:.1%} |"
+                f"{geomean(ratios):.1%} | {within / n:.1%} |"
             )
     return lines
 

@@ -30,16 +30,16 @@ from pathlib import Path
 import numpy as np
 
 from cognate.config import Config
-from cognate.evaluate.baselines import greedy_fixed_set
-from cognate.evaluate.stats import bootstrap_ci, geomean, mean_of_ratio
 from cognate.io import expand_matrix_paths, load_matrix
 from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel
+from cognate.model.fixed_set import greedy_fixed_set
 from cognate.model.portfolio import describe_portfolio
 from cognate.paths import shared_dir
 from cognate.records import load_runs
 from cognate.runner import Measurement
 from cognate.search import resolve_model_path, tune_matrix
+from cognate.stats import bootstrap_ci, geomean, mean_of_ratio
 from cognate.targets import Target, get_target
 
 

@@ -28,8 +28,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cognate.evaluate.stats import geomean  # noqa: E402
 from cognate.records import record_frame  # noqa: E402
+from cognate.stats import geomean  # noqa: E402
 from cognate.targets.cpu.families import family_of  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
 

@@ -12,6 +12,8 @@
 #   spade-<op> = cognate finetune of cpu-<op> on the spade records (the COGNATE recipe), or,
 #                with --spade pretrain / when there is no cpu model, cognate pretrain on the
 #                spade records directly.
+#   gpu-<op>   = while the store holds no gpu record: cpu-<op> carried over zero-shot
+#                (cognate finetune --zero-shot --without-records), labelled as such.
 # A (target, op) without records in the store is skipped with a message, not an error.
 # The store is snapshotted first (sqlite3 .backup), so a collection may keep writing to it.
 # Each model gets <model>.provenance.json: command, data size, the names of its training,
@@ -52,7 +54,7 @@ while [ $# -gt 0 ]; do
     --hold-out) HOLD_OUT="$2"; shift 2 ;;
     --max-nnz) MAX_NNZ="$2"; shift 2 ;;
     --no-portfolio) NO_PORTFOLIO=1; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     *) echo "train_shipped_models.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -85,7 +87,7 @@ provenance() {  # model command... -> writes <model minus .safetensors>.provenan
   "$PY" - "$model" "$DB" "$SNAP" "$REPO" "$@" <<'EOF'
 import datetime, json, subprocess, sys
 from pathlib import Path
-from cognate.model.train import read_metadata
+from cognate.model.checkpoint import read_metadata
 from cognate.store import Store
 
 model, db, snap, repo, *command = sys.argv[1:]
@@ -170,6 +172,15 @@ for op in spmm sddmm; do
     provenance "$cpu_model" "${cmd[@]}"
   else
     echo "== cpu $op: no ok records in $DB, skipped"
+  fi
+
+  gpu_model="$OUT/gpu-$op.safetensors"
+  if wanted "gpu-$op" && [ -f "$cpu_model" ] && [ "$(ok_records gpu "$op")" -eq 0 ]; then
+    # No gpu runtime anywhere: the cpu model carried over, labelled zero-shot (no scores).
+    cmd=(finetune --model "$cpu_model" --db "$SNAP" --target gpu --op "$op" --zero-shot --without-records -o "$gpu_model")
+    echo "== cognate ${cmd[*]}"
+    cognate "${cmd[@]}"
+    provenance "$gpu_model" "${cmd[@]}"
   fi
 
   spade_model="$OUT/spade-$op.safetensors"

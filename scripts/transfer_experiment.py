@@ -34,10 +34,10 @@ import numpy as np
 import torch
 
 from cognate.evaluate.harness import random_pick
-from cognate.evaluate.stats import geomean
 from cognate.model.preset import preset_from_dict
 from cognate.model.train import train
 from cognate.records import MatrixRuns, load_runs
+from cognate.stats import geomean
 from cognate.targets import get_target
 from cognate.transfer.autoencoder import transfer_settings
 from cognate.transfer.finetune import FinetuneOptions, finetune, transfer_encoder

@@ -20,10 +20,15 @@ from cognate.paths import shared_dir  # noqa: E402
 
 @pytest.fixture(scope="session")
 def shared() -> Path:
-    """The shared data folder; its absence is a failure, not a skip."""
+    """The shared data folder. Without it the tests that read real matrices are skipped
+    with one reason; under CI (CI=true, as .ci/run runs) its absence is a failure, so a CI
+    run can never pass by skipping them."""
     path = shared_dir()
     if not (path / "matrices").is_dir():
-        pytest.fail(f"shared data not found at {path}: set COGNATE_SHARED")
+        reason = f"needs the shared real matrices at {path} (set COGNATE_SHARED to their folder)"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(reason)
+        pytest.skip(reason)
     return path
 
 

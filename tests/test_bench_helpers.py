@@ -227,9 +227,9 @@ def test_eval_tune_scores_the_model_and_the_fixed_set_on_one_matrix(shared, tmp_
     import json
 
     from cognate.collect import collect
-    from cognate.evaluate.baselines import greedy_fixed_set
     from cognate.io import load_matrix
     from cognate.model.cost_model import CostModel, RandomModel
+    from cognate.model.fixed_set import greedy_fixed_set
     from cognate.records import load_runs
     from cognate.targets import get_target
 

@@ -645,7 +645,7 @@ def test_resume_retries_timeouts_and_errors_up_to_retries(
 
 
 def test_configs_n_is_exact_and_spread_over_families(shared: Path) -> None:
-    from cognate.collect import choose_configs
+    from cognate.collect.plan import choose_configs
     from cognate.io import load_matrix
     from cognate.targets.cpu.space import make_space
 

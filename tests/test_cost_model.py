@@ -17,6 +17,7 @@ import torch
 
 from cognate.errors import CognateError
 from cognate.io import load_matrix
+from cognate.model.checkpoint import load_checkpoint, read_metadata, save_checkpoint
 from cognate.model.cost_model import LearnedModel
 from cognate.model.encoding import (
     LoopNestEncoder,
@@ -24,17 +25,11 @@ from cognate.model.encoding import (
     make_encoder,
     permutation_matrix,
 )
+from cognate.model.fit import evaluate, split_matrices
 from cognate.model.predictor import RankingNetwork, pairwise_accuracy, ranking_loss
 from cognate.model.preset import load_preset, preset_from_dict
-from cognate.model.train import (
-    MatrixRuns,
-    evaluate,
-    load_checkpoint,
-    read_metadata,
-    save_checkpoint,
-    split_matrices,
-    train,
-)
+from cognate.model.train import train
+from cognate.records import MatrixRuns
 from cognate.space import LOOP_VARS
 from cognate.targets import get_target
 

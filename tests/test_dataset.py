@@ -188,6 +188,7 @@ def _corpus_records(tmp_path: Path, monkeypatch) -> tuple[Path, dict[str, bytes]
     return out, originals
 
 
+@pytest.mark.usefixtures("shared")  # reads the real matrices a corpus recipe rebuilds from
 def test_missing_corpus_matrices_come_back_from_their_recipes(tmp_path, monkeypatch, capsys):
     """A fresh machine has no corpus folder: reading the records regenerates exactly the
     files they name (byte-identical, checked against the records' sha256), only those a
@@ -212,6 +213,7 @@ def test_missing_corpus_matrices_come_back_from_their_recipes(tmp_path, monkeypa
     assert err.count("regenerating corpus:") == 2  # each once: then it is cached
 
 
+@pytest.mark.usefixtures("shared")  # reads the real matrices a corpus recipe rebuilds from
 def test_a_recipe_that_changed_or_is_unknown_is_one_clear_error(tmp_path, monkeypatch, capsys):
     from cognate.cli import run
 

@@ -21,8 +21,9 @@ from cognate.errors import CognateError
 from cognate.evaluate import harness
 from cognate.evaluate.harness import Candidate, Cell, select_candidate
 from cognate.evaluate.preset import load_experiment
-from cognate.evaluate.stats import bootstrap_ci, mean_of_geomeans, mean_of_ratio
-from cognate.model.train import Embedder, read_metadata
+from cognate.model.checkpoint import read_metadata
+from cognate.model.fit import Embedder
+from cognate.stats import bootstrap_ci, mean_of_geomeans, mean_of_ratio
 from cognate.targets import get_target
 from cognate.transfer.finetune import (
     EmbeddingCache,

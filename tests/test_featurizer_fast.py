@@ -19,11 +19,11 @@ from safetensors import safe_open
 from cognate.config import Config
 from cognate.io import load_matrix
 from cognate.model import sparseconv
+from cognate.model.checkpoint import read_metadata
 from cognate.model.encoding import LoopNestEncoder, permutation_matrix
 from cognate.model.featurizer import Featurizer, matrix_points, matrix_scalars
 from cognate.model.predictor import RankingNetwork
 from cognate.model.preset import preset_from_dict
-from cognate.model.train import read_metadata
 from cognate.paths import data_dir
 from cognate.synth import generate
 from cognate.targets import get_target

@@ -347,7 +347,7 @@ def test_collect_ray_address_without_a_cluster_fails_fast(
 ) -> None:
     """Something listens but is no Ray cluster: Ray itself retries for minutes (printing a
     warning every few seconds); cognate answers in one line within its probe's timeout."""
-    from cognate.collect import RAY_PROBE_TIMEOUT_S
+    from cognate.collect.ray_cluster import RAY_PROBE_TIMEOUT_S
 
     port, reply = silent_server
     if answer:
@@ -367,8 +367,8 @@ def test_collect_ray_address_without_a_cluster_fails_fast(
 
 def test_ray_probe_accepts_a_grpc_server(silent_server: tuple[int, list[bytes]]) -> None:
     """An HTTP/2 server's SETTINGS frame (what Ray's GCS sends first) passes the probe."""
-    from cognate.collect import _check_reachable
+    from cognate.collect.ray_cluster import check_reachable
 
     port, reply = silent_server
     reply.append(bytes([0, 0, 6, 4, 0, 0, 0, 0, 0]) + bytes(6))
-    _check_reachable(f"127.0.0.1:{port}")
+    check_reachable(f"127.0.0.1:{port}")

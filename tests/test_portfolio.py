@@ -10,8 +10,9 @@ import pytest
 
 from cognate.cli import run as cli_run
 from cognate.collect import collect
-from cognate.evaluate.baselines import greedy_fixed_set
+from cognate.model.checkpoint import read_metadata
 from cognate.model.cost_model import CostModel
+from cognate.model.fixed_set import greedy_fixed_set
 from cognate.model.portfolio import (
     PORTFOLIO_KEY,
     RANKING_KEY,
@@ -21,7 +22,7 @@ from cognate.model.portfolio import (
     ranking_kind,
 )
 from cognate.model.preset import preset_from_dict
-from cognate.model.train import read_metadata, train
+from cognate.model.train import train
 from cognate.records import load_runs
 from cognate.search.rank import with_portfolio
 from cognate.targets import get_target

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from cognate.cli import main
 from cognate.errors import CognateError
-from cognate.model.checkpoint import parse_metadata
+from cognate.model.checkpoint import parse_metadata, read_metadata
 from cognate.model.cost_model import CostModel
 from cognate.model.portfolio import (
     PORTFOLIO_KEY,
@@ -28,7 +28,7 @@ from cognate.model.portfolio import (
     ranking_used,
 )
 from cognate.model.preset import preset_from_dict
-from cognate.model.train import read_metadata, train
+from cognate.model.train import train
 from cognate.records import load_runs
 from cognate.search.learn import local_model_path
 from cognate.store import Store

@@ -245,6 +245,7 @@ def test_scale_recipes_cover_every_kind_and_size_bucket():
     assert min(r.nnz for r in recipes) >= 10_000 and max(r.nnz for r in recipes) <= 5_000_000
 
 
+@pytest.mark.usefixtures("shared")  # reads the real matrices a corpus recipe rebuilds from
 def test_scale_corpus_writes_a_manifest_resumes_and_verifies(tmp_path, capsys):
     paths = scale_corpus.write_scale(tmp_path, max_nnz=12_000)
     assert paths and all(p.exists() for p in paths)

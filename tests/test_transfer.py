@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 
 from cognate.cli import main, run
-from cognate.model.train import read_metadata
+from cognate.model.checkpoint import read_metadata
 from cognate.space import LoopNest
 from cognate.targets import get_target
 from cognate.targets.gpu.space import map_gpu
@@ -272,6 +272,37 @@ def test_latent_weights_carry_over_only_within_one_space(
     other = finetune(pretrained, runs, space, opts)
     assert other.metadata["transfer"]["copied"]["heterogeneous"] is False
     assert not other.network.predictor[0].weight[:, -encoder.parts[1].dim :].any()
+
+
+def test_zero_shot_without_records_reads_no_runtime_and_keeps_the_source_slot(
+    store: Path, pretrained: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cognate.cli.pretrain import load_runs
+    from cognate.model.cost_model import CostModel
+    from cognate.transfer.finetune import load_pretrained
+    from cognate.transfer.mapper import HOMOGENEOUS_DIM
+
+    out = tmp_path / "gpu.safetensors"
+    base = ["finetune", "--model", str(pretrained), "--db", str(tmp_path / "none.db")]
+    base += ["--target", "gpu", "--op", "spmm", "-o", str(out)]
+    code, err = _run_cli([*base, "--without-records"], capsys)
+    assert code == 1 and "--without-records needs --zero-shot" in err and not out.exists()
+    code, err = _run_cli([*base, "--zero-shot", "--without-records"], capsys)
+    assert code == 0, err
+    assert not (tmp_path / "none.db").exists()  # no store was opened, let alone created
+    meta = read_metadata(out)
+    assert meta["transfer"]["without_records"] and "metrics" not in meta
+    model = CostModel.load(out, get_target("gpu").space("spmm"))
+    source, _ = load_pretrained(pretrained)
+    w, source_w = model.network.predictor[0].weight, source.predictor[0].weight
+    keep = source.featurizer.dim + 1 + HOMOGENEOUS_DIM  # context, then the loop-nest slot
+    assert torch.equal(w[:, :keep], source_w[:, :keep])
+    assert not w[:, keep:].any()  # the gpu's own knobs: no weight from another space
+    assert torch.isfinite(model.network.config_std).all()
+    run = load_runs(store, get_target("spade").space("spmm"))[0]
+    configs = model.space.all_configs()
+    scores = model.predict(run.matrix, configs, 64)
+    assert np.isfinite(scores).all() and len(set(np.round(scores, 6))) > 1
 
 
 def test_finetune_is_reproducible_and_loads(store: Path, pretrained: Path, tmp_path: Path) -> None:

@@ -345,6 +345,32 @@ def test_best_is_the_baseline_unless_a_candidate_beats_it() -> None:
     assert result((1.0, 0.0), (0.5, 0.0)).as_dict()["best"]["is_baseline"] is False
 
 
+def test_summary_agrees_with_the_table_when_a_faster_candidate_is_within_the_spread() -> None:
+    """rank 2 ran faster than the baseline in the table, by less than the spread: the summary
+    names it and the spread instead of saying that no candidate beat the baseline."""
+    from cognate.search import Candidate, Timings, TuneResult
+
+    space = get_target("cpu").space("spmm")
+    base_config = space.baseline((100, 100))
+    faster = next(c for c in space.sample(6, seed=1, shape=(100, 100)) if c != base_config)
+    top = [
+        Candidate(1, base_config, 0.0, "csr", "ok", 4.74e-3, None, False, 15.1e-3),
+        Candidate(2, faster, 0.1, "other", "ok", 1.87e-3, None, False, 0.2e-3),
+    ]
+    result = TuneResult(
+        _tiny_matrix(), "cpu", "spmm", 8, top, top[0], 2, Path("-"), Timings(), verified=True
+    )
+    assert result.kept_baseline
+    text = " ".join(" ".join(_printed(result)).split())
+    assert "2.535x" in text  # the table's vs-base column
+    assert "no other candidate" not in text
+    assert "rank 2 ran 2.535x faster (1.87 ms)" in text and "within the timing spread" in text
+    assert "(±15.1 ms)" in text and "keep it (4.74 ms)" in text
+    top[1].runtime_s = 5.0e-3  # slower: nothing beat the baseline, and it says so
+    text = " ".join(" ".join(_printed(result)).split())
+    assert "rank 1 is the baseline config, and no other candidate ran faster" in text
+
+
 def _tiny_matrix():
     from cognate.matrix import Matrix
 
@@ -554,6 +580,15 @@ def test_work_sizing_options_are_bounded(tuned, option, value, limit, capsys) ->
     assert code == 1 and out == "" and len(err.strip().splitlines()) == 1, err
     assert f"{option} {value}: {limit}" in err and "Traceback" not in err
     assert time.perf_counter() - started < 30  # refused before any work (8 GB once)
+
+
+def test_gpu_ranks_with_the_shipped_zero_shot_model(tuned, capsys) -> None:
+    code, out, err = run_cli(["tune", str(tuned), "--target", "gpu", "--top-k", "3"], capsys)
+    assert code == 0, err
+    text = " ".join((out + err).split())
+    assert "top 3 of" in text and "Traceback" not in text
+    assert "zero-shot: the shipped cpu model carried to gpu through the config mapper" in text
+    assert "`--verify` on a gpu machine measures its picks" in text
 
 
 def test_gpu_without_cuda_says_so_first(tuned, tmp_path, monkeypatch, capsys) -> None:

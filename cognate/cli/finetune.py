@@ -73,6 +73,13 @@ def register(main: click.Group, data: click.Group) -> None:
 )
 @click.option("--from-scratch", is_flag=True, help="No pretrained weights (same architecture).")
 @click.option("--zero-shot", is_flag=True, help="No fine-tuning: score the pretrained model.")
+@click.option(
+    "--without-records",
+    is_flag=True,
+    help="With --zero-shot: read no target record at all and score nothing (a target nobody "
+    "measured yet, e.g. the gpu): the model is carried over through the config mapper and the "
+    "target's autoencoder, and labelled zero-shot.",
+)
 @click.option("--epochs", type=click.IntRange(min=1), default=None, help="Override the default.")
 @click.option(
     "--max-nnz",
@@ -96,6 +103,7 @@ def finetune(
     selection: str,
     from_scratch: bool,
     zero_shot: bool,
+    without_records: bool,
     epochs: int | None,
     max_nnz: int | None,
     output: Path,
@@ -109,7 +117,7 @@ def finetune(
     order) or their blend (a portfolio, as `cognate portfolio`). The model and everything
     about the run, the choice and its validation figures included, are written to -o.
     """
-    from cognate.model.train import read_metadata
+    from cognate.model.checkpoint import read_metadata
     from cognate.progress import EpochReporter, plural, read_runs
     from cognate.records import record_frame  # torch and the model: only when run
     from cognate.targets import get_target
@@ -123,6 +131,9 @@ def finetune(
 
     if not pretrained.is_file():
         raise CognateError(f"{pretrained}: no such model file")
+    if without_records:
+        _zero_shot_without_records(pretrained, target, op, seed, output, zero_shot)
+        return
     options = FinetuneOptions(
         matrices=matrices,
         seed=seed,
@@ -181,6 +192,23 @@ def finetune(
         console.print(f"ranking: learned, nothing chosen ({err})", soft_wrap=True, markup=False)
     model.save(output)
     _summary(console, model.metadata, output)
+
+
+def _zero_shot_without_records(
+    pretrained: Path, target: str, op: str, seed: int, output: Path, zero_shot: bool
+) -> None:
+    from cognate.targets import get_target
+    from cognate.transfer.finetune import zero_shot_model
+
+    if not zero_shot:
+        raise CognateError("--without-records needs --zero-shot (nothing to fine-tune on)")
+    model = zero_shot_model(pretrained, get_target(target).space(op), seed)
+    model.save(output)
+    Console(stderr=True, soft_wrap=True).print(
+        f"zero-shot {target} {op} model written to {output}: {pretrained.name} carried over "
+        f"through the config mapper; no {target} record read, none scored",
+        markup=False,
+    )
 
 
 def _summary(console: Console, meta: dict, output: Path) -> None:

@@ -29,6 +29,7 @@ def portfolio(model: Path, db: Path, top_k: int, output: Path | None) -> None:
     chosen on its validation matrices (the model alone when that ranks best there). Its
     held-out matrices are not read; a fine-tuned model's fixed set comes from its K
     fine-tuning matrices only."""
+    from cognate.model.checkpoint import read_metadata
     from cognate.model.cost_model import CostModel
     from cognate.model.portfolio import (
         PORTFOLIO_KEY,
@@ -38,7 +39,6 @@ def portfolio(model: Path, db: Path, top_k: int, output: Path | None) -> None:
         ranking_line,
         ranking_used,
     )
-    from cognate.model.train import read_metadata
     from cognate.records import load_runs
     from cognate.targets import get_target
 

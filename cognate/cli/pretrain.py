@@ -115,7 +115,7 @@ def _hold_out(
     """(training runs, held-out runs): ``fraction`` of the matrices set aside by matrix."""
     if not fraction:
         return runs, []
-    from cognate.model.train import split_matrices
+    from cognate.model.fit import split_matrices
 
     _, test = split_matrices(sorted({r.key for r in runs}), fraction, seed)
     test = set(test)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from cognate.targets import OPS
 # of the default. With --verify each of the top-k is measured; 256 is a whole spade space.
 MAX_CANDIDATES = 500_000
 MAX_TOP_K = 256
+PIPE_WIDTH = 160
 
 
 def register(main: click.Group, data: click.Group) -> None:
@@ -110,6 +112,48 @@ def _footnotes(result: Any, notes: list[list[str]], simulated: bool) -> list[str
     return lines
 
 
+def _kept_baseline_text(result: Any, rank_1_is_base: bool, sim: str) -> str:
+    """Why the baseline stays, agreeing with the table: either nothing ran faster, or the
+    fastest candidate's lead is within the timing spread (named, with both figures)."""
+    base = result.baseline
+    faster = [
+        c
+        for c in result.candidates
+        if c.config != base.config and c.status == "ok" and c.runtime_s
+        if c.runtime_s < base.runtime_s
+    ]
+    start = "rank 1 is the baseline config" if rank_1_is_base else "kept the baseline config"
+    kept = f"keep it ({_time(base.runtime_s)}{sim})"
+    if not faster:
+        return f"{start}, and no other candidate ran faster: {kept}"
+    fastest = min(faster, key=lambda c: c.runtime_s)
+    noise = max(fastest.spread_s or 0.0, base.spread_s or 0.0)
+    busy = " on a busy machine" if result.unreliable else ""
+    return (
+        f"{start}: rank {fastest.scored_rank or fastest.rank} ran "
+        f"{base.runtime_s / fastest.runtime_s:.3f}x faster ({_time(fastest.runtime_s)}), but "
+        f"its lead ({_time(base.runtime_s - fastest.runtime_s)}) is within the timing spread "
+        f"(±{_time(noise)}){busy}, so it is not a measured win: {kept}"
+    )
+
+
+def _next_step(result: Any, matrix: Path) -> str:
+    """What to do with the choice, in one line: the emit command, and on a target with a
+    callable kernel the Python call that runs it."""
+    from cognate.targets import get_target
+
+    call = f"--target {result.target} --op {result.op} --width {result.width}"
+    call += " --verify" if result.verified else ""
+    emit = f"`cognate tune {matrix} {call} --emit DIR` writes the chosen schedule"
+    if not get_target(result.target).has_kernel:
+        return f"to keep it: {emit}"
+    run = "kernel(X, Y, out=values)" if result.op == "sddmm" else "kernel(B, out=C)"
+    return (
+        f"to use it: {emit}; in Python, `cognate.tune(path, target='{result.target}', "
+        f"op='{result.op}', width={result.width}).{run}` runs it on your arrays (A packed once)"
+    )
+
+
 def _print_summary(console: Console, result: Any) -> None:
     from cognate.hostid import is_simulated
 
@@ -127,16 +171,8 @@ def _print_summary(console: Console, result: Any) -> None:
     if best.status != "ok":
         console.print("no top-k candidate ran successfully; see the table")
         return
-    if result.kept_baseline and rank_1_is_base:
-        text = (
-            "rank 1 is the baseline config, and no other candidate beat it: keep it "
-            f"({_time(best.runtime_s)}{sim})"
-        )
-    elif result.kept_baseline:
-        text = (
-            "kept the baseline: no candidate beat it by more than the timing spread "
-            f"({_time(best.runtime_s)}{sim})"
-        )
+    if result.kept_baseline:
+        text = _kept_baseline_text(result, rank_1_is_base, sim)
     else:
         text = f"best: rank {best.scored_rank or best.rank}, {_time(best.runtime_s)}{sim}, "
         text += best.description
@@ -256,15 +292,15 @@ def tune(
     from cognate.errors import CognateError
     from cognate.io import load_matrix
     from cognate.model.portfolio import ranking_line
+    from cognate.progress import say
     from cognate.search import emit as emit_files
     from cognate.search.learn import model_to_use
 
     _check_bounds(top_k, candidates)
     if learn and not verify:
         raise CognateError("--learn refines the model on --verify's measurements: add --verify")
-    console = Console(stderr=as_json)
-    if target == "gpu":
-        _say_if_no_gpu(verify)
+    console = _console(as_json)
+    _say_if_it_cannot_run_here(target, verify)
     model, model_note = model_to_use(model, target, op)
     if model_note:
         console.print(model_note, soft_wrap=True, markup=False)
@@ -282,6 +318,7 @@ def tune(
             seed=seed,
             cover_families=cover_families,
             threads=threads,
+            announce=None if as_json else say,  # plain lines on stderr: a pipe sees them too
         )
     recorded = _record(result, db, no_record)
     learned = _learn(result, seed) if learn else None
@@ -310,6 +347,17 @@ def tune(
         console.print(_learned_line(learned), soft_wrap=True, markup=False)
     for path in files:
         console.print(f"wrote {path}")
+    if not files:
+        console.print(_next_step(result, matrix), soft_wrap=True, markup=False)
+
+
+def _console(as_json: bool) -> Console:
+    """stdout (stderr under --json). Not a terminal (a pipe, a log): 160 columns instead of
+    rich's 80, so a config's row stays one line or two instead of wrapping into ten."""
+    console = Console(stderr=as_json)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(stderr=as_json, width=PIPE_WIDTH)
+    return console
 
 
 def _check_bounds(top_k: int, candidates: int) -> None:
@@ -328,20 +376,23 @@ def _check_bounds(top_k: int, candidates: int) -> None:
         )
 
 
-def _say_if_no_gpu(verify: bool) -> None:
-    """Without a CUDA GPU, say so first: the errors that follow (no shipped gpu model, no
-    runner) all come from it."""
+def _say_if_it_cannot_run_here(target: str, verify: bool) -> None:
+    """When this machine cannot run the target's kernels (a gpu target without a CUDA GPU),
+    say so first: the errors that may follow (no model, no runner) all come from it."""
     from cognate.errors import CognateError
-    from cognate.targets.gpu import cuda_missing
+    from cognate.targets import get_target
 
-    missing = cuda_missing()
+    missing = get_target(target).missing()
     if missing is None:
         return
     if verify:
-        raise CognateError(f"--target gpu --verify: {missing}")
+        raise CognateError(f"--target {target} --verify: {missing}")
     # on stderr, where the errors that may follow go
     click.echo(f"note: {missing}", err=True)
-    click.echo("gpu kernels cannot run here: a gpu model can rank them, --verify cannot", err=True)
+    click.echo(
+        f"{target} kernels cannot run here: a {target} model can rank them, --verify cannot",
+        err=True,
+    )
 
 
 def _learn(result: Any, seed: int) -> dict[str, Any]:

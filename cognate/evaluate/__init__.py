@@ -2,7 +2,7 @@
 
 from cognate.evaluate.preset import ExperimentPreset, load_experiment, preset_names
 from cognate.evaluate.run import run_evaluation
-from cognate.evaluate.stats import Estimate, bootstrap_ci, geomean
+from cognate.stats import Estimate, bootstrap_ci, geomean
 
 __all__ = [
     "Estimate",

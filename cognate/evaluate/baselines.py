@@ -25,14 +25,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaln
 
+from cognate.model.fixed_set import greedy_fixed_set, speedups_over_baseline, with_baseline
 from cognate.model.statistics import matrix_statistics
 from cognate.records import MatrixRuns
 from cognate.space import Space
 
 BASELINES = ("fixed", "gbt", "random")
-# A fixed config must be measured on this share of the training matrices to be eligible:
-# a config seen on 2 matrices has a geomean of noise.
-_MIN_COVERAGE = 0.9
 
 
 @dataclass(frozen=True)
@@ -44,43 +42,7 @@ class Picks:
     topk: dict[str, float]
 
 
-def _speedups(run: MatrixRuns) -> dict[str, float]:
-    base = run.runtimes[run.baseline]
-    return {c.hash: float(base / t) for c, t in zip(run.configs, run.runtimes, strict=True)}
-
-
-def _with_baseline(runs: Sequence[MatrixRuns]) -> list[MatrixRuns]:
-    return [r for r in runs if r.baseline is not None]
-
-
 # --- fixed configs -------------------------------------------------------------------------
-
-
-def greedy_fixed_set(train: Sequence[MatrixRuns], k: int) -> list[str]:
-    """Config hashes of the greedy fixed set of size ``k`` (its first is the best single one)."""
-    return greedy_set([_speedups(r) for r in _with_baseline(train)], k)
-
-
-def greedy_set(speedups: Sequence[dict[str, float]], k: int) -> list[str]:
-    """Greedy fixed set over per-matrix {config hash: speedup over the baseline} maps."""
-    if not speedups:
-        return []
-    counts: dict[str, int] = {}
-    for s in speedups:
-        for h in s:
-            counts[h] = counts.get(h, 0) + 1
-    eligible = sorted(h for h, n in counts.items() if n >= _MIN_COVERAGE * len(speedups))
-    # log speedup matrix (configs x matrices); a missing record is the baseline (log 1 = 0)
-    logs = np.array([[np.log(s.get(h, 1.0)) for s in speedups] for h in eligible])
-    chosen: list[int] = []
-    best = np.full(len(speedups), -np.inf)
-    for _ in range(min(k, len(eligible))):
-        gains = np.maximum(logs, best).mean(axis=1)
-        gains[chosen] = -np.inf
-        pick = int(np.argmax(gains))
-        chosen.append(pick)
-        best = np.maximum(best, logs[pick])
-    return [eligible[i] for i in chosen]
 
 
 def fixed_picks(train: Sequence[MatrixRuns], test: Sequence[MatrixRuns], k: int) -> Picks:
@@ -91,8 +53,8 @@ def fixed_picks(train: Sequence[MatrixRuns], test: Sequence[MatrixRuns], k: int)
 
 def _score_ordered(test: Sequence[MatrixRuns], order_of) -> Picks:
     top1, topk = {}, {}
-    for run in _with_baseline(test):
-        s = _speedups(run)
+    for run in with_baseline(test):
+        s = speedups_over_baseline(run)
         picks = [s.get(h, 1.0) for h in order_of(run)] or [1.0]
         top1[run.matrix.name] = picks[0]
         topk[run.matrix.name] = max(picks)
@@ -144,7 +106,7 @@ def gbt_picks(
             stats[run.key] = matrix_statistics(run.matrix.csr)
         return stats[run.key]
 
-    runs = _with_baseline(train)
+    runs = with_baseline(train)
     x = np.vstack([_design(space, r, stats_of(r)) for r in runs])
     y = np.concatenate([np.log(r.runtimes / r.runtimes[r.baseline]) for r in runs])
     model = HistGradientBoostingRegressor(max_iter=300, learning_rate=0.1, random_state=seed)
@@ -184,7 +146,7 @@ def expected_best_of(speedups: np.ndarray, k: int) -> float:
 def random_picks(test: Sequence[MatrixRuns], k: int) -> Picks:
     """Random search with k measurements, in expectation (top1 = one random config)."""
     top1, topk = {}, {}
-    for run in _with_baseline(test):
+    for run in with_baseline(test):
         s = run.runtimes[run.baseline] / run.runtimes
         top1[run.matrix.name] = expected_best_of(s, 1)
         topk[run.matrix.name] = expected_best_of(s, k)

@@ -41,17 +41,18 @@ from cognate.evaluate.preset import (
     ExperimentPreset,
 )
 from cognate.model.cost_model import CostModel, LearnedModel
+from cognate.model.fit import Embedder
 from cognate.model.portfolio import (
     PORTFOLIO_KEY,
     choose_portfolio,
-    chooser_words,  # noqa: F401  (evaluate.run reads it here)
+    chooser_words,  # noqa: F401  (evaluate.report reads it here)
     order_words,
     portfolio_anchor,
     portfolio_order,
     portfolio_positions,
 )
 from cognate.model.preset import ModelPreset, preset_from_dict
-from cognate.model.train import Embedder, train
+from cognate.model.train import train
 from cognate.records import MatrixRuns
 from cognate.space import Space
 from cognate.targets import get_target

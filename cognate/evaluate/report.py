@@ -1,4 +1,4 @@
-"""Tables, answers, plots and report.md from the harness's per-cell results."""
+"""Tables, answers, plots and the writer of report.md, from the harness's per-cell results."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from cognate.evaluate import harness
 from cognate.evaluate.harness import (
     FIXED_K,
     NT,
@@ -18,8 +19,8 @@ from cognate.evaluate.harness import (
     ZERO_SHOT,
     picked_variant,
 )
-from cognate.evaluate.preset import ABLATIONS
-from cognate.evaluate.stats import Estimate, bootstrap_ci, mean_of_geomeans, mean_of_ratio
+from cognate.evaluate.preset import ABLATIONS, ExperimentPreset
+from cognate.stats import Estimate, bootstrap_ci, mean_of_geomeans, mean_of_ratio
 from cognate.transfer.select import PICKERS
 
 # docs/architecture.md, Evaluation protocol: the COGNATE paper's own numbers (geomean speedup over the baseline config).
@@ -526,3 +527,286 @@ def paper_table() -> str:
             f"| zero-shot | {sp['zero-shot']:.2f}x | | | |",
         ]
     )
+
+
+# --- report.md -------------------------------------------------------------------------------
+
+
+def tl_k(preset: ExperimentPreset, rows: list[dict[str, Any]]) -> int:
+    """TL-5, or the K the data allows nearest below 5."""
+    ks = sorted(r["k"] for r in rows if r["variant"] == TL)
+    below = [k for k in ks if k <= 5]
+    return below[-1] if below else ks[0]
+
+
+def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -> Path:
+    lines = [
+        f"# cognate evaluation: preset `{preset.name}`, target {preset.target}",
+        "",
+        f"- command: `{results['command']}`",
+        f"- git revision: {results['git']}",
+        f"- records: {results['db'] or 'collected here'} (read from `{results['records']}`)",
+        f"- wall time: {results['wall_s'] / 60:.1f} min{_reuse_words(results)}",
+        f"- featurizer: {_featurizer_words(preset)}",
+        f"- NT-K (target only): {_target_only_words(preset)}",
+        *_ablation_words(preset),
+        f"- seeds: {preset.seeds}; split seed {preset.split_seed}; "
+        f"validation {preset.val_fraction:.0%}, test {preset.test_fraction:.0%} of the matrices",
+        f"- selected on validation ({preset.select.metric}): freeze_featurizer in "
+        f"{preset.select.freeze_featurizer}, lr in {preset.select.lr}; epochs by early stopping "
+        f"(<= {preset.finetune_epochs}, patience {preset.patience})",
+        "",
+        "Protocol: matrices are split once by matrix into train / validation / test. The source "
+        "model is pretrained on source records minus the target's validation and test matrices. "
+        "Each cell fine-tunes every candidate setting on K training matrices, keeps the one with "
+        "the best validation score, and scores only that one on test. Numbers: geomean over the "
+        "test matrices of the speedup over the space's baseline config, mean over seeds, and a "
+        "95% percentile bootstrap CI resampling seeds and test matrices. % of oracle = geomean "
+        "speedup / geomean oracle speedup.",
+        "",
+    ]
+    for op, res in results["ops"].items():
+        rows = res["rows"]
+        k = tl_k(preset, rows)
+        floor = floor_estimate(res["random_pick"], preset.bootstrap)
+        d = res["data"]
+        lines += [
+            f"## {preset.target} {op}",
+            "",
+            f"Data: {d['target_matrices']} target matrices ({d['target_records']} ok records, "
+            f"{d['configs_per_matrix'][0]}..{d['configs_per_matrix'][1]} configs per matrix): "
+            f"train {d['train']}, validation {d['validation']}, test {d['test']}. Source: "
+            f"{res['source']}, {d['source_matrices']} matrices outside the target's validation "
+            f"and test splits ({d['source_records']} records, "
+            f"{_span(d.get('source_configs_per_matrix'))} configs per matrix)."
+            + _sampled_words(res.get("sampled_left_out", 0), preset)
+            + _over_nnz_words(res.get("over_max_nnz") or {}, results.get("max_nnz")),
+            "",
+            *[f"**Below the preset's data minimum**: {line}.\n" for line in res["shortfalls"]],
+            "### Answers",
+            "",
+            *[f"- {line}" for line in answers(rows, k)],
+            *[f"- {line}" for line in transfer_answers(rows, k, preset.bootstrap)],
+            *[f"- {line}" for line in active_answers(rows, preset.bootstrap)],
+            *[f"- {line}" for line in ablation_answers(rows, preset.bootstrap)],
+            "",
+            "### Results (test split)",
+            "",
+            markdown_table(rows, floor),
+            "",
+            *_fixed_k_section(res, preset),
+            *_baseline_section(res, k),
+        ]
+        capped = sorted({m for m in preset.matrices if m > d["train"]})
+        if capped:
+            lines += [f"K = {capped} capped at the {d['train']} training matrices.", ""]
+        pngs = _plots(rows, k, op, out)
+        lines += [f"![{p.stem}]({p.name})" for p in pngs] + [""]
+    lines += [
+        "## The paper's figures (docs/architecture.md, Evaluation protocol), for reference",
+        "",
+        paper_table(),
+        "",
+    ]
+    path = out / "report.md"
+    path.write_text("\n".join(lines))
+    return path
+
+
+def _fixed_k_section(res: dict[str, Any], preset: ExperimentPreset) -> list[str]:
+    """The K-matched comparison: the learned rows against a lookup with the same data."""
+    comparison = fixed_k_comparison(res["rows"], preset.bootstrap)
+    if not comparison:
+        return []
+    return [
+        "### At equal target data: TL-K and NT-K against fixed-K (test split)",
+        "",
+        "fixed-K is a lookup chosen on exactly the K training matrices TL-K and NT-K of the "
+        "same seed fine-tune on (the same draw): its top-1 is the config with the best "
+        "geomean speedup over those K matrices, its best of 5 the greedy fixed 5-set on them. "
+        "Nothing is trained. Ratios are the learned row's per-seed geomean over fixed-K's, "
+        "paired over seeds (draws) and test matrices, with a 95% bootstrap CI; above 1 the "
+        "learned ranking earns its training.",
+        "",
+        *[f"- {line}" for line in fixed_k_answers(comparison)],
+        "",
+        fixed_k_table(comparison),
+        "",
+        *_k_portfolio_words(res),
+    ]
+
+
+def _k_portfolio_words(res: dict[str, Any]) -> list[str]:
+    """What TL-K's validated K portfolio chose per seed (the tuner's choice, made on the
+    validation matrices only): learned ranking, fixed-K, or a blend of the two."""
+    cells = [c for c in res["cells"] if c["variant"] == harness.TL_K_PORTFOLIO]
+    if not cells:
+        return []
+    by_k: dict[int, list[str]] = {}
+    for c in sorted(cells, key=lambda c: (c["k"], c["seed"])):
+        by_k.setdefault(c["k"], []).append(f"seed {c['seed']} {harness.chooser_words(c)}")
+    return [
+        f"`TL-{k} + K portfolio`: TL-{k}'s model with the greedy fixed set of its own {k} "
+        "fine-tuning matrices ranked first, its size (0 = the learned ranking alone) and how "
+        "firmly it keeps the greedy order (fixed = the fixed-K lookup) chosen on the "
+        f"validation matrices; chosen: {'; '.join(words)}."
+        for k, words in by_k.items()
+    ] + [""]
+
+
+def _baseline_section(res: dict[str, Any], k: int) -> list[str]:
+    comparison = res.get("baselines")
+    if not comparison:
+        return []
+    label = f"TL-{k}"
+    n_train = res["data"]["train"]
+    lines = [
+        f"### Against non-learned baselines chosen on all {n_train} training matrices (test split)",
+        "",
+        f"Each baseline is chosen on all {n_train} training matrices (not K: the K-matched "
+        "lookup is fixed-K above) and gets "
+        "the same budget: one pick (top-1) or five measured picks (top-5). Ratios are "
+        f"{label}'s per-seed geomean over the baseline's, paired on the same test matrices, "
+        "with a 95% bootstrap CI.",
+        "",
+        *[f"- {line}" for line in baseline_answers(comparison, label)],
+        "",
+        baseline_table(comparison, label, n_train),
+        "",
+        *_headroom(res, comparison, k),
+    ]
+    with_portfolio = res.get("baselines_portfolio")
+    if with_portfolio:
+        label = f"TL-{k} + portfolio of all {n_train} training matrices"
+        chosen = sorted(
+            {
+                f"{c['portfolio_size']} ({c.get('portfolio_order', 'anchor 0')})"
+                for c in res["cells"]
+                if c["variant"] == harness.TL_PORTFOLIO
+            }
+        )
+        lines += [
+            f"#### {label}",
+            "",
+            f"The same TL-{k} models ranking a portfolio first: the greedy fixed set of all "
+            f"{n_train} training matrices (not only the K fine-tuning ones: this row uses more "
+            f"target data than TL-{k}), its size chosen per seed on the validation matrices among "
+            "5..64 configs and none, together with how firmly it keeps its greedy order (an "
+            "anchor, in typical score gaps per position: 0 = the model's order, fixed = the "
+            "greedy order), by the product of the top-1 and top-5 geomeans (chosen: "
+            f"{', '.join(chosen)}; 0 = none).",
+            "",
+            *[f"- {line}" for line in baseline_answers(with_portfolio, label)],
+            "",
+            baseline_table(with_portfolio, label, n_train),
+            "",
+        ]
+    return lines
+
+
+def _headroom(res: dict[str, Any], comparison: list[dict[str, Any]], k: int) -> list[str]:
+    """How much the fixed baselines leave to win: what a missed "beat the fixed config" goal
+    means depends on it (a space a lookup nearly solves leaves a ranking almost nothing)."""
+    fixed = next((c for c in comparison if c["baseline"] == "fixed"), None)
+    learned = next((r for r in res["rows"] if r["variant"] == TL and r["k"] == k), None)
+    if fixed is None or learned is None:
+        return []
+    oracle = learned["estimates"]["oracle"]["mean"]
+    top1, top5 = fixed["top1"]["mean"], fixed["top5"]["mean"]
+    return [
+        f"Headroom: on these test matrices the best fixed config reaches {top1 / oracle:.1%} "
+        f"of the oracle and the greedy fixed 5-set {top5 / oracle:.1%}, so no model can beat "
+        f"them by more than {oracle / top1:.3f}x (top-1) and {oracle / top5:.3f}x (best of 5).",
+        "",
+    ]
+
+
+def _reuse_words(results: dict[str, Any]) -> str:
+    """How much of the work this run did: a rerun reuses the models an earlier run trained,
+    so its wall time alone understates what the numbers cost."""
+    counts = [op.get("fine_tunes") for op in results["ops"].values()]
+    if not counts or None in counts:
+        return ""
+    total = sum(c["total"] for c in counts)
+    reused = sum(c["reused"] for c in counts)
+    if not reused:
+        return f" ({total} fine-tunes, all trained by this run)"
+    return (
+        f" (this run trained {total - reused} of {total} fine-tunes; the other {reused}"
+        " were trained by an earlier run into this output folder's models/ and reused)"
+    )
+
+
+def _featurizer_words(preset: ExperimentPreset) -> str:
+    """Which featurizer the numbers used: trained with the predictor on the source, or not."""
+    spec = harness.model_preset(preset).featurizer
+    shape = f"{len(spec.channels)} sparse-conv layers, up to {max(spec.channels)} channels"
+    if spec.trainable:
+        return f"trained with the cost model on the source records ({shape}); fine-tuning " + (
+            "keeps it frozen"
+            if preset.select.freeze_featurizer == [True]
+            else "may train it (chosen on validation)"
+        )
+    return f"a fixed, seeded random sparse-conv embedding, never trained ({shape})"
+
+
+def _target_only_words(preset: ExperimentPreset) -> str:
+    """Which featurizer the target-only rows used: theirs starts at a seeded random init."""
+    frozen = preset.select.freeze_featurizer
+    how = (
+        "and stays there (only the predictor learns)"
+        if frozen == [True]
+        else "and is trained on the K matrices"
+        if frozen == [False]
+        else "and is frozen or trained on the K matrices (chosen on validation)"
+    )
+    return (
+        f"the same network without the source; its featurizer starts at a seeded random init {how}"
+    )
+
+
+def _ablation_words(preset: ExperimentPreset) -> list[str]:
+    names = harness.ablations(preset)
+    if not names:
+        return []
+    ks = sorted(set(preset.ablation_matrices))
+    lines = [f"- ablations at K = {ks}: {', '.join(names)}"]
+    if "random featurizer" in names:
+        lines.append(
+            "- `TL random featurizer`: the same source model pretrained with its featurizer "
+            "frozen at its seeded random initialisation (only the predictor learns), then "
+            "fine-tuned like TL"
+        )
+    return lines
+
+
+def _sampled_words(sampled: int, preset: ExperimentPreset) -> str:
+    width = f" at width {preset.width}" if preset.width is not None else ""
+    if not sampled:
+        return f" Target records{width}." if width else ""
+    return (
+        f" Target records{width}; {sampled} more target matrices, measured on a sample of the "
+        "space only, are left out (the oracle needs every config)."
+    )
+
+
+def _over_nnz_words(over: dict[str, int], max_nnz: int | None) -> str:
+    if max_nnz is None:
+        return ""
+    return (
+        f" Matrices with > {max_nnz} nnz are left out (--max-nnz): {over.get('target', 0)} "
+        f"target and {over.get('source', 0)} source matrices."
+    )
+
+
+def _span(pair: list[int] | None) -> str:
+    return f"{pair[0]}..{pair[1]}" if pair else "?"
+
+
+def _plots(rows: list[dict[str, Any]], k: int, op: str, out: Path) -> list[Path]:
+    pngs = [plot_efficiency(rows, op, out / f"{op}-efficiency.png")]
+    tl = next((r for r in rows if r["variant"] == TL and r["k"] == k), None)
+    if tl:
+        pngs.append(plot_per_matrix(tl, op, out / f"{op}-per-matrix-TL-{k}.png"))
+    pngs.append(plot_ablations(rows, k, op, out / f"{op}-ablations.png"))
+    return pngs

@@ -17,7 +17,8 @@ naming the file and the field, never a traceback:
   before any tensor is) and finite: a model of NaN weights would rank by NaN.
 
 Sections that a plugin reads (``transfer``: a fine-tuned model's) are validated by that
-plugin's loader (``cognate.transfer.schema``).
+plugin's loader (``cognate.transfer.schema``). The file's reading and writing
+(``read_metadata``, ``save_checkpoint``, ``load_checkpoint``) live here too.
 """
 
 from __future__ import annotations
@@ -29,10 +30,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save
 
 from cognate.errors import CognateError
-from cognate.model.preset import ModelPreset
+from cognate.model.encoding import ConfigEncoder, make_encoder
+from cognate.model.predictor import RankingNetwork
+from cognate.model.preset import ModelPreset, preset_from_dict
+from cognate.space import Space
+from cognate.util import atomic_write
 
 CHECKPOINT_FORMAT = 1
 # The shipped models' metadata is ~50 KB (mostly per-epoch metrics and the portfolio's
@@ -210,8 +218,6 @@ def encoder_target_part(meta: dict[str, Any]) -> str:
 def state_bytes(build: Callable[[], Any]) -> int:
     """Bytes of the state (weights and buffers) of the module ``build()`` makes, built on
     the meta device: nothing is allocated, whatever sizes it claims."""
-    import torch
-
     with torch.device("meta"):
         module = build()
     return sum(t.numel() * t.element_size() for t in module.state_dict().values())
@@ -240,9 +246,6 @@ def check_fits(path: str | Path, build: Callable[[], Any]) -> None:
 def read_state(path: str | Path, expected: dict[str, tuple[int, ...]], preset: str) -> dict:
     """The file's tensors, which must be exactly ``expected`` (name -> shape; checked on the
     header, before a tensor is read) and finite."""
-    import torch
-    from safetensors import SafetensorError, safe_open
-
     try:
         with safe_open(str(path), framework="pt") as f:
             shapes = {k: tuple(f.get_slice(k).get_shape()) for k in f.keys()}  # noqa: SIM118
@@ -301,3 +304,116 @@ __all__ = [
     "read_state",
     "state_bytes",
 ]
+
+
+# --- checkpoint files --------------------------------------------------------------------
+
+
+def checkpoint_metadata(
+    model: RankingNetwork, space: Space, encoder: ConfigEncoder, seed: int
+) -> dict[str, Any]:
+    """The metadata every checkpoint carries (pretrained or fine-tuned): what loading needs
+    to rebuild the model and its encoder, and to refuse another space."""
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "preset": model.preset.model_dump(),
+        "target": space.target,
+        "op": space.op,
+        "space": {"name": space.name, "version": space.version},
+        "encoder": {"kind": encoder.kind, "dim": encoder.dim},
+        "normalisation": {
+            "config_mean": model.config_mean.tolist(),
+            "config_std": model.config_std.tolist(),
+            "log_scale": "log2(rows, cols, nnz, width) / 16",
+        },
+        "seed": seed,
+    }
+
+
+def save_checkpoint(path: str | Path, model: RankingNetwork, metadata: dict[str, Any]) -> Path:
+    """Weights as safetensors; the metadata as JSON in the file's own metadata block."""
+    path = Path(path).expanduser()
+    tensors = {k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}
+    atomic_write(path, save(tensors, metadata={"cognate": json.dumps(metadata)}))
+    return path
+
+
+def read_metadata(path: str | Path) -> dict[str, Any]:
+    """The metadata of a checkpoint, without loading its weights: bounded and validated
+    against its schema (``cognate.model.checkpoint``) before anything reads it."""
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            raw = (f.metadata() or {}).get("cognate")
+    except (OSError, SafetensorError) as err:
+        raise CognateError(f"{path}: not a readable cognate model: {err}") from None
+    if raw is None:
+        raise CognateError(f"{path}: safetensors file without cognate metadata")
+    return parse_metadata(path, raw)
+
+
+def check_space(path: str | Path, meta: dict[str, Any], space: Space) -> None:
+    """A model is only valid for the space (name and version) it was trained for."""
+    trained = meta["space"]
+    if (trained["name"], trained["version"]) != (space.name, space.version):
+        verb = "fine-tuned" if "transfer" in meta else "trained"
+        raise CognateError(
+            f"{path}: model was {verb} for space {trained['name']} version "
+            f"{trained['version']}, but the space here is {space.name} version "
+            f"{space.version}; retrain it"
+        )
+
+
+def new_network(
+    path: str | Path,
+    meta: dict[str, Any],
+    encoder_dim: int,
+    parts: dict[str, Callable[[], torch.nn.Module]] | None = None,
+) -> RankingNetwork:
+    """An untrained model of the checkpoint's preset, for weights read by ``load_weights``;
+    ``encoder_dim`` is the width of the encoder rebuilt here, which must be the trained one.
+    ``parts``: submodules the file also holds (name -> constructor), added to the model."""
+    if encoder_dim != meta["encoder"]["dim"]:
+        raise CognateError(f"{path}: encoder width {meta['encoder']['dim']} != {encoder_dim} here")
+    try:
+        preset = preset_from_dict(
+            meta["preset"]["name"], {k: v for k, v in meta["preset"].items() if k != "name"}
+        )
+    except CognateError as err:
+        raise CognateError(f"{path}: {err}") from None
+
+    def build() -> RankingNetwork:
+        network = RankingNetwork(preset, encoder_dim)
+        for name, make in (parts or {}).items():
+            network.add_module(name, make())
+        return network
+
+    # Sized on the meta device first (no memory): metadata claiming a huge layer is refused
+    # before anything is allocated, since the weights it needs cannot be in the file.
+    check_fits(path, build)
+    return build()
+
+
+def load_weights(path: str | Path, model: RankingNetwork) -> None:
+    """Load the checkpoint's tensors into ``model`` (exactly its names and shapes, all
+    finite), then switch it to eval."""
+    expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    state = read_state(path, expected, model.preset.name)
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:
+        raise CognateError(
+            f"{path}: weights do not fit preset {model.preset.name}: {str(err).splitlines()[0]}"
+        ) from None
+    model.eval()
+
+
+def load_checkpoint(
+    path: str | Path, space: Space
+) -> tuple[RankingNetwork, ConfigEncoder, dict[str, Any]]:
+    """Load a model for ``space``; a model trained on another space or version is an error."""
+    meta = read_metadata(path)
+    check_space(path, meta, space)
+    encoder = make_encoder(space, encoder_target_part(meta))
+    model = new_network(path, meta, encoder.dim)
+    load_weights(path, model)
+    return model, encoder, meta

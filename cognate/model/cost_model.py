@@ -166,7 +166,7 @@ class LearnedModel(CostModel):
 
     @classmethod
     def load_file(cls, path: Path, space: Space) -> LearnedModel:
-        from cognate.model.train import load_checkpoint, read_metadata
+        from cognate.model.checkpoint import load_checkpoint, read_metadata
 
         meta = read_metadata(path)
         _check_for_space(path, meta, space)
@@ -180,7 +180,7 @@ class LearnedModel(CostModel):
         return cls(network, encoder, meta, space, path)
 
     def save(self, path: str | Path) -> Path:
-        from cognate.model.train import save_checkpoint
+        from cognate.model.checkpoint import save_checkpoint
 
         return save_checkpoint(path, self.network, self.metadata)
 
@@ -191,7 +191,7 @@ class LearnedModel(CostModel):
         are their own validation, so the kept epoch is the one that ranks them best."""
         import torch
 
-        from cognate.model.train import encode_all, fit, split_matrices
+        from cognate.model.fit import encode_all, fit, split_matrices
 
         runs = [r for r in runs if len(r.configs) >= 2]  # a single config ranks nothing
         if not runs:

@@ -113,8 +113,8 @@ def choose_portfolio(
     """The metadata entry of ``model``'s portfolio: the greedy fixed M-set of ``train`` with
     M chosen on ``validation`` (see the module doc). ``configs`` is empty when the model alone
     ranks best on validation."""
-    from cognate.evaluate.baselines import greedy_fixed_set
-    from cognate.evaluate.stats import geomean
+    from cognate.model.fixed_set import greedy_fixed_set
+    from cognate.stats import geomean
 
     validation = [r for r in validation if r.baseline is not None]
     if not validation:
@@ -213,7 +213,7 @@ def ranking_decision(
     and as shares of the validation oracle. Each option is its best row of ``entry``'s
     validation table (by the product ``choose_portfolio`` maximises); the chosen option is
     the chosen row. ``greedy_from`` says which matrices the greedy set was chosen on."""
-    from cognate.evaluate.stats import geomean
+    from cognate.stats import geomean
 
     runs = [r for r in validation if r.baseline is not None]
     oracle = geomean([float(r.runtimes[r.baseline] / r.runtimes.min()) for r in runs])
@@ -268,13 +268,26 @@ def ranking_used(metadata: dict[str, Any]) -> dict[str, Any]:
             out["why"] = f"the portfolio was changed after validation chose {decision['chosen']}"
         return out
     if not entry.get("chosen_on"):
-        return {**out, "why": "the model carries no validated choice"}
+        return {**out, "why": _unvalidated_why(metadata)}
     out["why"] = f"portfolio chosen on {entry['chosen_on']} (cognate portfolio)"
     chosen = next((row for row in entry.get("validation") or [] if row.get("chosen")), None)
     if chosen is not None:  # its validation geomean speedups over the baseline
         k = entry.get("k", 5)
         out["validation"] = {"top1": chosen["top1"], "best_of_k": chosen[f"top{k}"], "k": k}
     return out
+
+
+def _unvalidated_why(metadata: dict[str, Any]) -> str:
+    """Why a model has no validated choice, in words: a zero-shot transfer says so."""
+    transfer = metadata.get("transfer") or {}
+    if not transfer.get("without_records"):
+        return "the model carries no validated choice"
+    source, target = (transfer.get("source") or {}).get("target", "source"), metadata["target"]
+    return (
+        f"zero-shot: the shipped {source} model carried to {target} through the config mapper; "
+        f"no {target} runtime trained or checked it, so `--verify` on a {target} machine "
+        "measures its picks and `--verify --learn` refines it there"
+    )
 
 
 def ranking_line(used: dict[str, Any]) -> str:

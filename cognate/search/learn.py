@@ -39,7 +39,7 @@ def model_to_use(model: Path | None, target: str, op: str) -> tuple[Path | None,
     local = local_model_path(target, op)
     if not local.is_file():
         return None, None
-    from cognate.model.train import read_metadata
+    from cognate.model.checkpoint import read_metadata
 
     learned = read_metadata(local).get(LEARNED_KEY) or {}
     n = learned.get("measurements", 0)

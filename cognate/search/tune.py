@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,12 +17,17 @@ from cognate.search.rank import DEFAULT_CANDIDATES, DEFAULT_SEED, rank, runnable
 from cognate.search.result import TuneResult
 from cognate.search.verify import verify as verify_result
 from cognate.space import Space
-from cognate.targets import get_target
+from cognate.targets import Target, get_target
+from cognate.util import positive_int
 
 
 def load_model(path: str | Path, space: Space) -> CostModel:
     """The cost model in ``path`` for ``space`` (``CostModel.load``)."""
     return CostModel.load(path, space)
+
+
+# Ranking takes seconds from about this size on (the embedding grows with nnz): announced.
+ANNOUNCE_RANKING_NNZ = 1_000_000
 
 
 def tune_matrix(
@@ -32,30 +38,32 @@ def tune_matrix(
     top_k: int = 5,
     model: str | Path | CostModel | None = None,
     verify: bool = False,
-    n_candidates: int = DEFAULT_CANDIDATES,
+    candidates: int = DEFAULT_CANDIDATES,
     seed: int = DEFAULT_SEED,
     progress: ProgressFn | None = None,
     runner_options: dict[str, Any] | None = None,
     cover_families: bool = True,
     threads: int | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> TuneResult:
     """Rank the candidates of (target, op) for ``matrix`` with ``model`` (a CostModel, a
     model file, or None: the shipped one); with ``verify``, measure the top-k and the
     baseline (and the target's library references, all in interleaved rounds with
     ``threads`` threads on cpu, default all cores). ``cover_families``: the top-k holds
-    each kernel family's best-ranked config (``runnable_top``)."""
-    if threads is not None and (
-        not isinstance(threads, int) or isinstance(threads, bool) or threads < 1
-    ):
-        raise CognateError(f"threads must be a positive integer, got {threads!r}")
+    each kernel family's best-ranked config (``runnable_top``). ``announce``: called with one
+    line as each long step starts (ranking, verifying), once the inputs are checked."""
+    if threads is not None:
+        positive_int(threads, "threads")
     the_target = get_target(target)
     the_target.check_width(width)
-    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
-        raise CognateError(f"top-k must be a positive integer, got {top_k!r}")
+    positive_int(top_k, "top-k")
     check_work(matrix, f"tune --target {target}", tune_cost(target, width, verify))
     space = the_target.space(op)
     cost_model = _cost_model(model, space)
-    ranked, timings = rank(cost_model, space, matrix, width, n_candidates, seed)
+    say = announce or (lambda line: None)
+    if matrix.nnz >= ANNOUNCE_RANKING_NNZ:
+        say(f"ranking up to {candidates:,} {target} {op} configs for {matrix.name} with the model")
+    ranked, timings = rank(cost_model, space, matrix, width, candidates, seed)
     baseline_config = space.baseline(matrix.shape)
     baseline = next(c for c in ranked if same_config(c.config, baseline_config))
     start = time.perf_counter()
@@ -70,8 +78,18 @@ def tune_matrix(
     result.space_version = space.version
     result.ranking = ranking_used(cost_model.metadata)
     if verify:
+        say(_verify_line(result, the_target))
         verify_result(result, the_target, progress, runner_options, threads)
     return result
+
+
+def _verify_line(result: TuneResult, target: Target) -> str:
+    measured = len({c.config for c in [*result.candidates, result.baseline]})
+    what = "timing" if target.exclusive else "simulating"
+    line = f"{what} {measured} configs (the top {len(result.candidates)} and the baseline)"
+    return line + (
+        " and the library references in interleaved rounds" if target.has_library else ""
+    )
 
 
 def _cost_model(model: str | Path | CostModel | None, space: Space) -> CostModel:

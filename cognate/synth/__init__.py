@@ -73,6 +73,7 @@ from cognate.synth.mesh import mesh
 from cognate.synth.published import PUBLISHED_KINDS, published
 from cognate.synth.sampling import INT32_MAX, Pattern, Positions, check_size
 from cognate.synth.upscale import kron
+from cognate.util import positive_int
 
 __all__ = [
     "ALL_KINDS",
@@ -244,8 +245,7 @@ def _scale_pattern(
     if density is not None or sparsity is not None:
         raise CognateError(f"{kind} is sized by nnz or rows/cols, not by density or sparsity")
     if nnz is not None:
-        if not isinstance(nnz, int | np.integer) or nnz < 1:
-            raise CognateError(f"nnz must be a positive integer, got {nnz!r}")
+        positive_int(nnz, "nnz")
         check_size(int(nnz))
         nnz = int(nnz)
     elif rows is None and cols is None:

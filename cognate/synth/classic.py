@@ -14,6 +14,7 @@ from cognate.synth.sampling import (
     smallest_holding,
     sorted_unique,
 )
+from cognate.util import positive_int
 
 RMAT_DEFAULTS = {"a": 0.57, "b": 0.19, "c": 0.19, "d": 0.05}
 _RMAT_MAX_ROUNDS = 64
@@ -61,8 +62,8 @@ def block_diagonal(
         block = smallest_holding(capacity, k, max(rows, cols))
         while capacity(block) < k:  # clipped edge blocks can make capacity non-monotone
             block += 1
-    elif not isinstance(block, int) or block < 1:
-        raise CognateError(f"block must be a positive integer, got {block!r}")
+    else:
+        block = positive_int(block, "block")
     lo, hi = ranges(block)
     return sample_in_row_ranges(lo, hi, k, rng, f"block-diagonal with {block}x{block} blocks")
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from cognate.errors import CognateError
 from cognate.synth.sampling import Positions, check_size, distinct_sample
+from cognate.util import positive_int
 
 _NM_CHUNK_CELLS = 1 << 22  # rows of an N:M mask are drawn in chunks of about this many cells
 
@@ -38,8 +39,7 @@ def block(
     rows: int, cols: int, k: int, rng: np.random.Generator, block: int | None = None
 ) -> Positions:
     block = 4 if block is None else block
-    if not isinstance(block, int) or block < 1:
-        raise CognateError(f"block must be a positive integer, got {block!r}")
+    block = positive_int(block, "block")
     grid_rows, grid_cols = -(-rows // block), -(-cols // block)
     kept = min(grid_rows * grid_cols, max(1, round(k / block**2)))
     tiles = distinct_sample(grid_rows * grid_cols, kept, rng)

@@ -62,6 +62,8 @@ class Target:
     max_width: int | None = None
     # Whether ``verify`` times library references (the JSON of tune then reports them).
     has_library: bool = False
+    # () -> why this machine cannot run the target's kernels (no device), or None when it can.
+    missing: Callable[[], str | None] = lambda: None
 
     def space(self, op: str) -> Space:
         if op not in OPS:
@@ -125,6 +127,11 @@ class Target:
         """What ``tune --emit`` writes for a chosen ``config``: (file suffix, text) pairs.
         ``info`` describes the choice (matrix, op, width, knobs, runtime)."""
         return [(".json", json.dumps(info, indent=2) + "\n")]
+
+    @property
+    def has_kernel(self) -> bool:
+        """Whether ``kernel`` hands out a callable (the target runs on this kind of machine)."""
+        return type(self).kernel is not Target.kernel
 
     def kernel(self, matrix: Matrix, op: str, config: Config) -> Callable[..., Any]:
         """A callable running ``config`` on ``matrix``: ``kernel(*operands, out=None)``;

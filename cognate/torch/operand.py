@@ -41,7 +41,10 @@ from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.targets.cpu.tuned import TunedKernel
 from cognate.torch.choices import Choice, TuneOptions, choose
+from cognate.torch.inputs import as_operand_matrix
+from cognate.torch.ops import register, spmm
 from cognate.torch.order import NODE_ORDERS, NodeOrder, choose_node_order, node_order
+from cognate.util import positive_int
 
 TRANSPOSES = ("reuse", "tune")
 
@@ -52,34 +55,6 @@ class _Prepared:
 
     kernel: TunedKernel
     slots: np.ndarray | None  # A's CSR entry -> slot in kernel.packed_values (None: fixed)
-
-
-def as_operand_matrix(matrix: Any, name: str = "A") -> Matrix:
-    """A cognate Matrix from a scipy sparse matrix, a Matrix, a file path, or a torch sparse
-    COO / CSR tensor (2-D, on the cpu)."""
-    from cognate.api import as_matrix
-    from cognate.matrix import canonicalize
-
-    if isinstance(matrix, torch.Tensor):
-        if matrix.dim() != 2 or matrix.layout not in (torch.sparse_coo, torch.sparse_csr):
-            raise CognateError(
-                f"{name}: a torch tensor must be a 2-D sparse COO or CSR tensor, got"
-                f" {matrix.dim()}-D {matrix.layout}"
-            )
-        if matrix.device.type != "cpu":
-            raise CognateError(f"{name}: a torch sparse tensor on {matrix.device}; cpu only")
-        if matrix.layout == torch.sparse_coo:
-            coo = matrix.detach().coalesce()
-            index = coo.indices().numpy()
-            csr = sp.coo_matrix((coo.values().numpy(), (index[0], index[1])), shape=coo.shape)
-        else:
-            t = matrix.detach()
-            csr = sp.csr_matrix(
-                (t.values().numpy(), t.col_indices().numpy(), t.crow_indices().numpy()),
-                shape=t.shape,
-            )
-        matrix = canonicalize(csr)
-    return as_matrix(matrix)
 
 
 def transposed(matrix: Matrix) -> tuple[Matrix, np.ndarray]:
@@ -178,8 +153,6 @@ class TunedSparse:
         self._pattern: Matrix | None = None
         self.choices: dict[tuple[str, str, int], Choice] = {}
         self._symmetric = self._check_symmetric()
-        from cognate.torch.ops import register
-
         self.handle = register(self)
         for width in widths:
             self.prepare(width, sddmm=requires_grad)
@@ -261,8 +234,7 @@ class TunedSparse:
         found = self._prepared.get(key)
         if found is not None:
             return found
-        if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-            raise CognateError(f"dense width must be a positive integer, got {width!r}")
+        positive_int(width, "dense width")
         start = time.perf_counter()
         self._depth += 1
         try:
@@ -380,15 +352,11 @@ class TunedSparse:
     # --- conveniences ----------------------------------------------------------------------
 
     def __matmul__(self, x: torch.Tensor) -> torch.Tensor:
-        from cognate.torch.ops import spmm
-
         return spmm(self, x)
 
     def matmul(self, x: torch.Tensor, values: torch.Tensor | None = None) -> torch.Tensor:
         """``cognate.torch.spmm(self, x, values)``; the form to use inside ``torch.compile``
         (``ts @ x`` breaks the graph there: dynamo does not trace ``@`` on a Python object)."""
-        from cognate.torch.ops import spmm
-
         return spmm(self, x, values)
 
     def to_torch(self, values: torch.Tensor | None = None) -> torch.Tensor:

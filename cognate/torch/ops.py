@@ -145,9 +145,9 @@ def _check_values(name: str, ts: Any, values: Any) -> torch.Tensor:
 
 
 def _check_operand(name: str, ts: Any) -> None:
-    from cognate.torch.operand import TunedSparse
-
-    if not isinstance(ts, TunedSparse):
+    # a TunedSparse registers itself on construction: the registry tells one apart without
+    # this module importing operand.py (which imports this one)
+    if _OPERANDS.get(getattr(ts, "handle", None)) is not ts:
         raise TypeError(
             f"{name}: the sparse operand must be a TunedSparse, got {type(ts).__name__}"
         )

@@ -33,6 +33,8 @@ import torch
 from cognate.errors import CognateError
 from cognate.matrix import canonicalize
 from cognate.timing import Load
+from cognate.torch.inputs import as_operand_matrix
+from cognate.util import positive_int
 
 NODE_ORDERS: tuple[str, ...] = ("identity", "rcm", "degree", "cluster")
 
@@ -43,8 +45,6 @@ def _square_csr(A: Any) -> sp.csr_matrix:
     if sp.issparse(A):
         csr = canonicalize(A)
     else:
-        from cognate.torch.operand import as_operand_matrix
-
         csr = as_operand_matrix(A).csr
     rows, cols = csr.shape
     if rows != cols:
@@ -162,8 +162,7 @@ def choose_node_order(
     names = list(dict.fromkeys(check_order_name(by) for by in candidates))
     if not names:
         raise CognateError("choose_node_order: no candidate orders")
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        raise CognateError(f"choose_node_order: width must be a positive integer, got {width!r}")
+    positive_int(width, "choose_node_order: width")
     csr = _square_csr(A)
     b = np.random.default_rng(0).standard_normal((csr.shape[0], width)).astype(np.float32)
     config = make_space("spmm").baseline(csr.shape)

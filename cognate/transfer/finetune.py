@@ -34,8 +34,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from cognate.errors import CognateError
+from cognate.model.checkpoint import (
+    check_space,
+    checkpoint_metadata,
+    load_weights,
+    new_network,
+    read_metadata,
+)
 from cognate.model.cost_model import LearnedModel, register_loader
 from cognate.model.encoding import ConcatEncoder, make_encoder
+from cognate.model.fit import Embedder, ProgressFn, encode_all, evaluate, fit, split_matrices
 from cognate.model.portfolio import (
     RANKING_KEY,
     best_of_top,
@@ -44,19 +52,6 @@ from cognate.model.portfolio import (
 )
 from cognate.model.predictor import RankingNetwork
 from cognate.model.preset import ModelPreset
-from cognate.model.train import (
-    Embedder,
-    ProgressFn,
-    check_space,
-    checkpoint_metadata,
-    encode_all,
-    evaluate,
-    fit,
-    load_weights,
-    new_network,
-    read_metadata,
-    split_matrices,
-)
 from cognate.records import MatrixRuns
 from cognate.space import Space
 from cognate.targets import get_target
@@ -70,7 +65,7 @@ from cognate.transfer.autoencoder import (  # also registers kind "ae"
 from cognate.transfer.mapper import HOMOGENEOUS_DIM, MAPPERS, homogeneous_encoder
 from cognate.transfer.schema import LATENTS, validate_transfer
 from cognate.transfer.select import PICKERS, SELECTIONS, pick_random
-from cognate.util import atomic_path
+from cognate.util import atomic_path, positive_int
 
 AE_PREFIX = "ae"  # a fine-tuned model's autoencoder weights are saved as ae.*
 
@@ -117,8 +112,7 @@ class FinetuneOptions:
             )
         if self.from_scratch and self.zero_shot:
             raise CognateError("--from-scratch and --zero-shot exclude each other")
-        if not (isinstance(self.matrices, int) and self.matrices >= 1):
-            raise CognateError(f"matrices must be a positive integer, got {self.matrices!r}")
+        positive_int(self.matrices, "matrices")
         for name in ("val_fraction", "test_fraction"):
             if not 0 < float(getattr(self, name)) < 0.5:
                 raise CognateError(f"{name} must be in (0, 0.5)")
@@ -414,6 +408,50 @@ def finetune(
     return LearnedModel(model, data.encoder, metadata, space)
 
 
+# The shapes and widths whose config encodings set a zero-shot model's normalisation: the
+# square sizes of the corpus (2^10-2^20 rows) and the widths tune offers. Encodings only
+# (a config's knobs mapped into the loop vocabulary at that size): no runtime is read.
+ZERO_SHOT_SIZES: tuple[int, ...] = (1 << 10, 1 << 13, 1 << 16, 1 << 20)
+ZERO_SHOT_WIDTHS: tuple[int, ...] = (32, 64, 128, 256)
+
+
+def zero_shot_model(pretrained: Path, space: Space, seed: int = 0) -> LearnedModel:
+    """The model at ``pretrained`` carried to ``space`` with no target measurement at all:
+    its weights by slot through the config mapper (``_transfer_weights``), the target's own
+    knobs through the target's autoencoder (trained on the space, without runtimes), and
+    the normalisation of the target's slot from the encodings of the space's configs at the
+    corpus' sizes and widths. What a target with no records (a GPU nobody measured) can
+    honestly ship: its metadata says zero-shot, and ``tune`` says so."""
+    opts = FinetuneOptions(zero_shot=True, seed=seed).resolved()
+    source, source_meta = load_pretrained(pretrained)
+    encoder = transfer_encoder(space, opts.mapper, opts.latent, opts.seed)
+    torch.manual_seed(opts.seed)
+    model = RankingNetwork(_preset_for(source.preset, opts), encoder.dim)
+    model.set_normalisation(_space_encodings(space, encoder))
+    same_space = (source_meta.get("space") or {}).get("name") == space.name
+    copied = _transfer_weights(source, model, opts.mapper != "none", same_space)
+    model.eval()
+    options = {**asdict(opts), "matrices": 0}  # no target matrix was read
+    transfer = {
+        "options": options,
+        "copied": copied,
+        "without_records": True,
+        **_ship_autoencoder(model, encoder),
+        "source": _source_record(Path(pretrained), source_meta),
+    }
+    metadata = {**checkpoint_metadata(model, space, encoder, opts.seed), "transfer": transfer}
+    return LearnedModel(model, encoder, metadata, space)
+
+
+def _space_encodings(space: Space, encoder: ConcatEncoder) -> torch.Tensor:
+    """Encodings of the space's candidates at ``ZERO_SHOT_SIZES`` x ``ZERO_SHOT_WIDTHS``."""
+    parts = []
+    for size in ZERO_SHOT_SIZES:
+        configs = space.candidates(4096, 0, (size, size))
+        parts += [encoder.encode(configs, (size, size), w) for w in ZERO_SHOT_WIDTHS]
+    return torch.cat(parts)
+
+
 def choose_ranking(model: LearnedModel, runs: Sequence[MatrixRuns], k: int = 5) -> dict[str, Any]:
     """Choose, on the fine-tuned ``model``'s validation matrices, between its learned
     ranking, ``fixed-K`` (the greedy fixed set of its K fine-tuning matrices, in greedy
@@ -445,7 +483,7 @@ def score_chosen_on_test(model: LearnedModel, runs: Sequence[MatrixRuns]) -> dic
     """The shipped ranking (the model with the portfolio ``choose_ranking`` gave it) scored
     once on its test matrices, after the choice: top-1 and best of top-k geomean speedups
     over the baseline and the oracle. Stored as ``ranking.test``; nothing reads it to choose."""
-    from cognate.evaluate.stats import geomean
+    from cognate.stats import geomean
 
     decision = model.metadata[RANKING_KEY]
     test_keys = {m["sha256"] for m in model.metadata["split"]["test"]}
@@ -581,4 +619,5 @@ __all__ = [
     "pick_matrices",
     "split_target",
     "transfer_encoder",
+    "zero_shot_model",
 ]

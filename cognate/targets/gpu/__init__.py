@@ -35,4 +35,5 @@ TARGET = Target(
     make_runner=make_runner,
     description="Triton SpMM/SDDMM kernels on a CUDA GPU (cuSPARSE as the library reference)",
     exclusive=True,
+    missing=cuda_missing,
 )

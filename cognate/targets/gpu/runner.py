@@ -35,6 +35,9 @@ from cognate.targets.gpu.problem import Problem, make_problem
 from cognate.targets.gpu.space import GpuSpace
 from cognate.util import describe
 
+# An error message is kept to a line of this many characters (the class name included).
+ERROR_CHARS = 340
+
 
 def interpreter_on() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
@@ -46,10 +49,6 @@ def _import_torch():
     except ImportError:
         raise CognateError("gpu target: torch is not installed") from None
     return torch
-
-
-def _one_line(exc: BaseException) -> str:
-    return describe(exc, 300 + len(type(exc).__name__) + 2)
 
 
 @dataclass
@@ -119,7 +118,7 @@ class GpuRunner(Runner):
         except CognateError:
             raise
         except Exception as exc:  # noqa: BLE001 - e.g. out of device memory for the inputs
-            self._batch, self._library, self._failure = None, {}, _one_line(exc)
+            self._batch, self._library, self._failure = None, {}, describe(exc, ERROR_CHARS)
             return
         self._batch, self._library, self._failure = batch, library, ""
 
@@ -161,7 +160,7 @@ class GpuRunner(Runner):
                 return {"library": name, "library_error": problem}
             median, spread = self._time(fn)
         except Exception as exc:  # noqa: BLE001 - a library failure must not stop the batch
-            return {"library": name, "library_error": _one_line(exc)}
+            return {"library": name, "library_error": describe(exc, ERROR_CHARS)}
         return {"library": name, "library_s": median, "library_spread_s": spread}
 
     def _library_fn(self, batch: _Batch) -> Callable[[], Any]:
@@ -203,7 +202,7 @@ class GpuRunner(Runner):
                 )
             median, spread = self._time(fn)
         except Exception as exc:  # noqa: BLE001 - a runner never raises for a bad candidate
-            message = _one_line(exc)
+            message = describe(exc, ERROR_CHARS)
             return Measurement(config, _status_of_failure(message), error=message)
         return Measurement(config, "ok", runtime_s=median, spread_s=spread)
 

@@ -11,7 +11,7 @@ statistic, test matrices with replacement. numpy's Generator does the resampling
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -20,8 +20,9 @@ import numpy as np
 Statistic = Callable[..., float]
 
 
-def geomean(values: Sequence[float] | np.ndarray) -> float:
-    values = np.asarray(values, dtype=np.float64)
+def geomean(values: Iterable[float] | np.ndarray) -> float:
+    """The geometric mean (NaN of nothing); any iterable of positive numbers."""
+    values = np.asarray(values if isinstance(values, np.ndarray) else list(values), np.float64)
     return float(math.exp(np.mean(np.log(values)))) if values.size else float("nan")
 
 

@@ -1,0 +1,183 @@
+"""The driver's side of a collection: it alone writes the store, chunk by chunk, and shows
+the progress; the executors (sequential, pool, ray_cluster) hand it measurements."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.progress import (
+    Progress,
+)
+
+from cognate import targets
+from cognate.collect.plan import Plan, RetryPolicy, choose_configs, repeat_picks
+from cognate.collect.summary import CollectSummary
+from cognate.config import Config
+from cognate.errors import CognateError
+from cognate.lifetime import (
+    stop_signals_deferred,
+)
+from cognate.runner import Measurement, Runner
+from cognate.space import Space
+from cognate.timing import Load
+from cognate.util import one_line
+
+
+class Collection:
+    """The driver's state: the store, the progress bars and the summary."""
+
+    def __init__(
+        self,
+        store: Any,
+        target: targets.Target,
+        space: Space,
+        op: str,
+        width: int,
+        progress: Progress,
+        choose: dict[str, Any],
+        retry: RetryPolicy,
+        host: str | None = None,
+    ) -> None:
+        self.store = store
+        self.retry = retry
+        self.host = host  # None: cognate.hostid decides (this machine's id, or sim)
+        self.warned_busy = False
+        self.target = target
+        self.space = space
+        self.op = op
+        self.width = width
+        self.progress = progress
+        self.choose = choose
+        self.summary = CollectSummary()
+        self.matrix_bar = progress.add_task("matrices", total=None)
+        self.config_bar = progress.add_task("configs", total=0)
+        self.config_total = 0
+        # Whose records count as done: this host's, or on Ray any host's ("*"), since a
+        # matrix may land on any node when the collection resumes.
+        self.any_host = False
+
+    def plans(self, paths: Sequence[Path]) -> Iterator[Plan]:
+        """Load and plan matrix by matrix; yield those with something to measure."""
+        self.progress.update(self.matrix_bar, total=len(paths))
+        for path in paths:
+            try:
+                plan = self._plan(path)
+            except CognateError as exc:
+                self.fail(path, str(exc))
+                continue
+            if not plan.todo and not plan.stored_repeats:
+                self.finish(plan)
+                continue
+            self.config_total += len(plan.todo)
+            self.progress.update(self.config_bar, total=self.config_total)
+            yield plan
+
+    def _plan(self, path: Path) -> Plan:
+        from cognate.io import check_collect, load_matrix  # here: it pulls in scipy readers
+
+        matrix = load_matrix(path)
+        check_collect(matrix, self.target.name, self.width)  # before anything is allocated
+        baseline, configs = choose_configs(self.space, matrix, **self.choose)
+        host = "*" if self.any_host else self.host
+        stored = self.store.resume_state(matrix, self.target.name, self.op, self.width, host)
+        todo = [
+            c for c in configs if c.hash != baseline.hash and self.retry.wants(stored.get(c.hash))
+        ]
+        self.summary.retried += sum(c.hash in stored for c in todo)
+        # Re-time the baseline in every batch that measures anything, where timings are
+        # wall clock; a simulator's stored baseline would come out the same (a resume of a
+        # spade collection re-simulated it, counting one more attempt each time).
+        if (todo and self.target.exclusive) or self.retry.wants(stored.get(baseline.hash)):
+            todo.insert(0, baseline)
+        self.summary.skipped += len(configs) - len(todo)
+        plan = Plan(path, matrix, baseline, todo)
+        if self.target.exclusive:  # wall-clock timings: how reproducible are they?
+            # Picked from the matrix's whole set: the same pairs on every run; those
+            # measured in this run are timed again, and so are those an earlier run
+            # measured but was stopped before it timed them again.
+            plan.repeat = repeat_picks(self.choose["seed"], matrix, configs)
+            plan.stored_repeats = self._stored_repeats(plan, configs)
+        return plan
+
+    def _stored_repeats(self, plan: Plan, configs: Sequence[Config]) -> list[Measurement]:
+        if self.any_host:  # on Ray no repeats are taken
+            return []
+        todo = {c.hash for c in plan.todo}
+        first = self.store.unrepeated(plan.matrix, self.target.name, self.op, self.width, self.host)
+        return [
+            Measurement(c, "ok", runtime_s=first[c.hash])
+            for c in configs
+            if c.hash in plan.repeat and c.hash in first and c.hash not in todo
+        ]
+
+    def write(
+        self,
+        plan: Plan,
+        measurements: Sequence[Measurement],
+        host: str | None = None,
+        load: tuple[Load, Load] | None = None,
+        repeat: bool = False,
+    ) -> None:
+        if not measurements:
+            return
+        with stop_signals_deferred():
+            self.store.record(
+                plan.matrix,
+                self.target.name,
+                self.op,
+                self.width,
+                list(measurements),
+                space_version=self.space.version,
+                baseline_hash=plan.baseline.hash,
+                host=host or self.host,
+                load=load,
+                repeat=repeat,
+            )
+            # Counted inside the deferral, so the summary always matches the store.
+            if repeat:
+                return
+            if load is not None and (load[0].busy or load[1].busy):
+                self.summary.noisy += len(measurements)
+            self.summary.written += len(measurements)
+            self.summary.statuses.update(m.status for m in measurements)
+        self.progress.advance(self.config_bar, len(measurements))
+
+    def warn_busy(self, load: Load) -> None:
+        """One line, once per collection, when timings run on a busy machine."""
+        if load.busy and not self.warned_busy:
+            self.warned_busy = True
+            self.progress.console.print(
+                f"cognate: warning: {load.line()}; such records are marked noisy",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+
+    def fail(self, path: Path, reason: str, plan: Plan | None = None) -> None:
+        """One line for a matrix that could not be (fully) collected; carry on."""
+        if plan is not None:
+            if plan.failed:
+                return
+            plan.failed = True
+        reason = one_line(reason)
+        if not reason.startswith(str(path)):
+            reason = f"{path}: {reason}"
+        self.summary.failures.append((str(path), reason))
+        self.progress.console.print(
+            f"cognate: skipped {reason}", markup=False, highlight=False, soft_wrap=True
+        )
+        self.progress.advance(self.matrix_bar)
+
+    def finish(self, plan: Plan) -> None:
+        if plan.failed:
+            return
+        self.summary.matrices += 1
+        self.progress.advance(self.matrix_bar)
+
+
+def close_runner(runner: Runner) -> None:
+    close = getattr(runner, "close", None)
+    if callable(close):
+        close()
