@@ -29,7 +29,7 @@ LAYERS: list[set[str]] = [
     {"transfer"},
     {"search", "collect"},
     {"evaluate"},
-    {"api", "torch", "pyg", "cli", "__main__", "__init__"},
+    {"api", "torch", "pyg", "pyg_minmax", "cli", "__main__", "__init__"},
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 # Front ends of one target, which import it by design: cognate.torch and cognate.pyg run the

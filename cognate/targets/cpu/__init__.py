@@ -18,9 +18,7 @@ from cognate.matrix import Matrix
 from cognate.runner import ProgressFn, Runner
 from cognate.space import Space
 from cognate.targets import Target, Verification
-
-# The widest dense operand the generated kernels are specialised for (codegen reads it).
-MAX_WIDTH = 4096
+from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH as MAX_WIDTH
 
 
 def _make_space(op: str) -> Space:

@@ -23,7 +23,6 @@ from typing import Any
 from cognate.build import compile_c
 from cognate.errors import CognateError
 from cognate.paths import kernels_dir
-from cognate.targets.cpu import MAX_WIDTH
 from cognate.targets.cpu.isa import VECTOR_BITS, check_vector_bits
 
 
@@ -143,7 +142,8 @@ def _knob_splits(op: str) -> dict[str, str]:
     return {var: f"{var}split" for var in OP_LOOPS[op].sparse}
 
 
-MAX_SPECIALISED_WIDTH = MAX_WIDTH  # one number: the target's max_width
+# The widest dense operand the generated kernels are specialised for: the target's max_width.
+MAX_SPECIALISED_WIDTH = 4096
 
 
 def _checked_width(width: Any) -> int | None:
