@@ -186,10 +186,13 @@ def _from_store(matrix: Matrix, op: str, width: int, options: TuneOptions) -> Co
         & (frame["host"] == host_for(options.target))
         & (frame["space_version"] == version)
     ]
-    if rows.empty:
-        return None
-    best = rows.loc[rows["runtime_s"].idxmin()]
-    return Config(options.target, op, json.loads(best["config"]))
+    space = _space(options.target, op)
+    for text in rows.sort_values("runtime_s")["config"]:
+        try:  # a record the space refuses (an imported one) is passed over, not run
+            return space.validate(json.loads(text))
+        except (CognateError, TypeError, ValueError):
+            continue
+    return None
 
 
 def _tune(matrix: Matrix, op: str, width: int, options: TuneOptions) -> Config:
