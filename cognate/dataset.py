@@ -419,7 +419,9 @@ def current_configs(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
 
 def skipped_line(skipped: dict[str, int]) -> str:
     """ "N records (why), ..." for ``current_configs``' counts."""
-    return ", ".join(f"{n} record{'s' if n != 1 else ''} ({why})" for why, n in skipped.items())
+    from cognate.progress import plural
+
+    return ", ".join(f"{plural(n, 'record')} ({why})" for why, n in skipped.items())
 
 
 def _json_problems(frame: pd.DataFrame) -> Iterator[tuple[Callable[[int], str], pd.Series]]:

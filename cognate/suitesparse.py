@@ -584,7 +584,7 @@ def fetch(
         lock_path = cache_dir() / ".locks" / f"{entry.group}.{entry.name}.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         # One downloader per file: a second process waits, then finds the file cached.
-        with open(lock_path, "w") as lock:
+        with open_for_write(lock_path, append=True) as lock:  # never through a planted link
             fcntl.flock(lock, fcntl.LOCK_EX)
             if path.is_file():
                 results.append(Fetched(entry, path, "cached", path.stat().st_size))

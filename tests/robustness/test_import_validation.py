@@ -138,3 +138,18 @@ def test_a_config_the_space_refuses_is_skipped_with_a_count(user_store, tmp_path
     space = get_target("spade").space("spmm")
     runs = load_runs(fresh, space)  # raised on the poisoned store
     assert sum(len(r.configs) for r in runs) == 5
+
+
+def test_a_store_poisoned_before_the_check_still_trains(user_store, tmp_path, capsys) -> None:
+    """A store that already holds a refused config (written before import checked them, or
+    through ``Store.import_frame`` directly): its other records still load, with one
+    warning counting the skipped one (before: the whole store was refused)."""
+    file = _export(user_store, tmp_path / "set")
+    frame = _rehashed(pd.read_parquet(file), 1, {"evil_knob": 1})
+    poisoned = tmp_path / "poisoned.db"
+    with Store(poisoned) as store:
+        store.import_frame(frame.assign(counters="{}"))
+    runs = load_runs(poisoned, get_target("spade").space("spmm"))
+    assert sum(len(r.configs) for r in runs) == 5
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "skipped 1 record whose config" in err and "evil_knob" in err
