@@ -154,10 +154,13 @@ def read_dataset(paths: list[Path], log: Callable[[str], None] | None = None) ->
         except Exception as exc:  # pyarrow raises several types for a damaged file
             raise CognateError(f"{file}: not a readable Parquet file ({exc})") from None
         check_rows(frame, file)
+        frame, skipped = current_configs(frame)
         frames.append(frame)
         if log:
             seconds = time.perf_counter() - started
             log(f"read {file}: {len(frame)} records, checked ({seconds:.1f} s)")
+            if skipped:
+                log(f"{file}: skipped {skipped_line(skipped)}")
     df = pd.concat(frames, ignore_index=True)
     if "counters" not in df:
         df["counters"] = "{}"
@@ -270,13 +273,155 @@ def _row_problems(frame: pd.DataFrame) -> Iterator[tuple[Callable[[int], str], p
     )
     times = pd.to_datetime(frame["time"], utc=True, errors="coerce", format="ISO8601")
     yield (lambda row: f"{value('time')(row)} is not a time"), times.isna()
-    if "repeat_status" in frame:
-        status = frame["repeat_status"]
-        yield (
-            (lambda row: f"{value('repeat_status')(row)} is not one of {', '.join(STATUSES)}"),
-            ~(status.isna() | status.isin(STATUSES)),
-        )
+    yield from _store_column_problems(frame, value)
+    yield from _repeat_problems(frame, value)
     yield from _json_problems(frame)
+
+
+MAX_ATTEMPTS = 1_000_000
+MAX_LOAD = 1e6  # a load average or busy-core count past this is no machine's
+
+
+def _optional_number(frame: pd.DataFrame, column: str, low: float, high: float) -> pd.Series:
+    """Bad-row mask of an optional numeric column: empty, or a number in [low, high]
+    (booleans and text are not numbers here)."""
+    values = frame[column]
+    numeric = values.map(lambda v: isinstance(v, (int, float, np.integer, np.floating)))
+    numeric &= ~values.map(lambda v: isinstance(v, (bool, np.bool_)))
+    numbers = pd.to_numeric(values.where(numeric), errors="coerce")
+    return ~(values.isna() | (numeric & numbers.between(low, high)))
+
+
+def _store_column_problems(
+    frame: pd.DataFrame, value: Callable[[str], Callable[[int], str]]
+) -> Iterator[tuple[Callable[[int], str], pd.Series]]:
+    """The store's other columns, where a data set has them, typed as the collector writes
+    them: attempts an integer >= 1, noisy a flag, the load readings numbers >= 0, error
+    text."""
+    from cognate.store import _LOAD_COLUMNS
+
+    if "attempts" in frame:
+        bad = _optional_number(frame, "attempts", 1, MAX_ATTEMPTS)
+        numbers = pd.to_numeric(frame["attempts"].where(~bad), errors="coerce")
+        bad |= numbers.notna() & (numbers != numbers.round())
+        yield (lambda row: f"{value('attempts')(row)} is not an integer >= 1"), bad
+    if "noisy" in frame:
+        yield (
+            (lambda row: f"{value('noisy')(row)} is not empty, true or false"),
+            ~frame["noisy"].map(lambda v: _is_missing(v) or _is_flag(v)),
+        )
+    for column in _LOAD_COLUMNS:
+        if column in frame:
+            yield (
+                (lambda row, c=column: f"{value(c)(row)} is not empty or a number >= 0"),
+                _optional_number(frame, column, 0, MAX_LOAD),
+            )
+    if "error" in frame:
+        yield (
+            (lambda row: f"{value('error')(row)} is not empty or text"),
+            ~frame["error"].map(lambda v: _is_missing(v) or isinstance(v, str)),
+        )
+
+
+_REPEAT_COLUMNS = ("repeat_runtime_s", "repeat_status", "repeat_time")
+
+
+def _repeat_problems(
+    frame: pd.DataFrame, value: Callable[[str], Callable[[int], str]]
+) -> Iterator[tuple[Callable[[int], str], pd.Series]]:
+    """A repeat (the collect protocol's second timing of a record) is held to the rules of
+    the record itself: a known status, a runtime in range (positive where ok), a time."""
+    from cognate.runner import STATUSES
+
+    present = [c for c in (*_REPEAT_COLUMNS, "repeat_noisy") if c in frame]
+    if not present:
+        return
+    missing = [c for c in _REPEAT_COLUMNS if c not in frame]
+    if missing:
+        yield (
+            (lambda row: f"has {', '.join(present)} but not {', '.join(missing)}"),
+            pd.Series(True, index=frame.index),
+        )
+        return
+    status = frame["repeat_status"]
+    has = status.notna()
+    yield (
+        (lambda row: f"{value('repeat_status')(row)} is not one of {', '.join(STATUSES)}"),
+        has & ~status.isin(STATUSES),
+    )
+    yield (
+        (lambda row: f"{value('repeat_runtime_s')(row)} without a repeat_status"),
+        ~has & frame["repeat_runtime_s"].notna(),
+    )
+    wrong = _optional_number(frame, "repeat_runtime_s", 0, MAX_RUNTIME_S)
+    runtime = pd.to_numeric(frame["repeat_runtime_s"].where(~wrong), errors="coerce")
+    ok = status == "ok"
+    yield (
+        (
+            lambda row: (
+                f"{value('repeat_runtime_s')(row)} is not a runtime in (0, {MAX_RUNTIME_S:g}] s"
+                + (" (repeat_status ok)" if ok.iloc[row] else "")
+            )
+        ),
+        has & (wrong | (ok & ~runtime.gt(0))),
+    )
+    times = pd.to_datetime(
+        frame["repeat_time"].where(has).map(lambda v: v if _is_time_like(v) else "bad"),
+        utc=True,
+        errors="coerce",
+        format="ISO8601",
+    )
+    yield (lambda row: f"{value('repeat_time')(row)} is not a time"), has & times.isna()
+    if "repeat_noisy" in frame:
+        yield (
+            (lambda row: f"{value('repeat_noisy')(row)} is not empty, true or false"),
+            ~frame["repeat_noisy"].map(lambda v: _is_missing(v) or _is_flag(v)),
+        )
+
+
+def _is_time_like(value: Any) -> bool:
+    return isinstance(value, (str, pd.Timestamp, np.datetime64)) or _is_missing(value)
+
+
+def current_configs(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
+    """``frame`` without the records of a space version the current space accepts whose
+    config that space refuses (an unknown knob, a value out of its range, a knob it no
+    longer has: hash and JSON may still be consistent), and {reason: records skipped}.
+    Such a record would make training and ``TunedSparse(store=...)`` refuse the whole
+    store; records of other space versions are kept as they are (nothing uses them as
+    current)."""
+    from cognate.targets import get_target
+
+    key = ["target", "op", "space_version", "config", "config_hash"]
+    verdicts: dict[tuple[str, ...], str] = {}
+    spaces: dict[tuple[str, str], Any] = {}
+    for target, op, version, text, digest in frame[key].drop_duplicates().itertuples(index=False):
+        if (target, op) not in spaces:
+            try:
+                spaces[(target, op)] = get_target(target).space(op)
+            except CognateError:
+                spaces[(target, op)] = None
+        space = spaces[(target, op)]
+        verdict = ""
+        if space is not None and space.accepts_version(version):
+            try:
+                if space.validate(json.loads(text)).hash != digest:
+                    verdict = "config not in the space's canonical form"
+            except (CognateError, TypeError, ValueError):
+                verdict = f"config not in the current {target} {op} space"
+        verdicts[(target, op, version, text, digest)] = verdict
+    reasons = pd.Series(
+        [verdicts[k] for k in frame[key].itertuples(index=False, name=None)], index=frame.index
+    )
+    bad = reasons.ne("")
+    return frame[~bad].reset_index(drop=True), reasons[bad].value_counts().to_dict()
+
+
+def skipped_line(skipped: dict[str, int]) -> str:
+    """ "N records (why), ..." for ``current_configs``' counts."""
+    from cognate.progress import plural
+
+    return ", ".join(f"{plural(n, 'record')} ({why})" for why, n in skipped.items())
 
 
 def _json_problems(frame: pd.DataFrame) -> Iterator[tuple[Callable[[int], str], pd.Series]]:
@@ -335,7 +480,12 @@ def _is_text(value: Any) -> bool:
 
 
 def _is_missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA
+    return (
+        value is None
+        or value is pd.NA
+        or value is pd.NaT
+        or (isinstance(value, (float, np.floating)) and math.isnan(value))
+    )
 
 
 def _is_json_object(value: Any) -> bool:

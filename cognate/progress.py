@@ -10,14 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, TextIO
-
-if TYPE_CHECKING:
-    import pandas as pd
-
-    from cognate.matrix import Matrix
-    from cognate.records import MatrixRuns
-    from cognate.space import Space
+from typing import TextIO
 
 EVERY_S = 15.0  # a line at least this often while a phase runs: often enough to see it move
 
@@ -81,26 +74,6 @@ class Ticker:
         if 0 < done < self.total:
             text += f", ETA {duration(elapsed / done * (self.total - done))}"
         return text + (f"; {note}" if note else "")
-
-
-def read_runs(
-    frame: pd.DataFrame, space: Space, what: str = "reading matrices"
-) -> list[MatrixRuns]:
-    """``runs_per_host`` over ``frame`` with the records' matrices read (and generated
-    corpus files regenerated) under a ``Ticker``: reading hundreds of matrices takes minutes."""
-    from cognate.records import load_record_matrix, runs_per_host
-
-    ticker = Ticker(what, int(frame["matrix_sha256"].nunique()))  # "reading matrices: 3/9"
-    count = 0
-
-    def load(row: pd.Series) -> Matrix:
-        nonlocal count
-        matrix = load_record_matrix(row)
-        count += 1
-        ticker.update(count)
-        return matrix
-
-    return runs_per_host(frame, space, load)  # labels per host: never a cross-host pair
 
 
 class EpochReporter:

@@ -50,7 +50,9 @@ def runs_from_frame(
     ``load`` returns the Matrix of a frame row (the first row of each matrix). Records of
     another space version are not comparable and must be filtered out by the caller.
     """
-    frame = frame[(frame["status"] == "ok") & (frame["runtime_s"] > 0)]
+    frame = _configs_the_space_takes(
+        frame[(frame["status"] == "ok") & (frame["runtime_s"] > 0)], space
+    )
     matrices: dict[str, Matrix] = {}
     runs = []
     for (sha, width), rows in frame.groupby(["matrix_sha256", "width"], sort=True):
@@ -78,6 +80,33 @@ def runs_from_frame(
             )
         )
     return runs
+
+
+def _configs_the_space_takes(frame: pd.DataFrame, space: Space) -> pd.DataFrame:
+    """``frame`` without records whose config ``space`` refuses (a store written before
+    ``data import`` checked configs may hold some), with one warning line counting them:
+    one bad record no longer makes the whole store unusable."""
+    import sys
+
+    from cognate.progress import plural
+
+    verdicts: dict[str, str] = {}
+    for text in frame["config"].unique():
+        try:
+            space.validate(json.loads(text))
+            verdicts[text] = ""
+        except (CognateError, TypeError, ValueError) as err:
+            verdicts[text] = str(err)
+    bad = frame["config"].map(verdicts).ne("")
+    if bad.any():
+        first = verdicts[frame.loc[bad, "config"].iloc[0]]
+        print(
+            f"cognate: warning: skipped {plural(int(bad.sum()), 'record')} whose config the "
+            f"{space.name} space refuses (first: {first})",
+            file=sys.stderr,
+            flush=True,
+        )
+    return frame[~bad]
 
 
 def load_record_matrix(row: pd.Series) -> Matrix:
@@ -163,3 +192,23 @@ def record_frame(
         if current.empty:
             raise CognateError(f"{db}: no {space.name} records of the matrices asked for")
     return current
+
+
+def read_runs(
+    frame: pd.DataFrame, space: Space, what: str = "reading matrices"
+) -> list[MatrixRuns]:
+    """``runs_per_host`` over ``frame`` with the records' matrices read (and generated
+    corpus files regenerated) under a ``Ticker``: reading hundreds of matrices takes minutes."""
+    from cognate.progress import Ticker
+
+    ticker = Ticker(what, int(frame["matrix_sha256"].nunique()))  # "reading matrices: 3/9"
+    count = 0
+
+    def load(row: pd.Series) -> Matrix:
+        nonlocal count
+        matrix = load_record_matrix(row)
+        count += 1
+        ticker.update(count)
+        return matrix
+
+    return runs_per_host(frame, space, load)  # labels per host: never a cross-host pair

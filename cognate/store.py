@@ -668,11 +668,13 @@ class Store:
                     " VALUES (?, ?, ?, ?, ?) ON CONFLICT (hash) DO NOTHING",
                     (row.target, row.op, row.space_version, row.config, row.config_hash),
                 )
+            repeats = "repeat_status" in df.columns
             for row in df.itertuples(index=False):
-                self._import_measurement(conn, row)
-            if "repeat_status" in df.columns:
-                for row in df[df["repeat_status"].notna()].itertuples(index=False):
-                    self._import_repeat(conn, row)
+                inserted = self._import_measurement(conn, row)
+                # a repeat belongs to its own record only: never to a local record the
+                # import kept (a data set could otherwise attach its timings to ours)
+                if inserted is not None and repeats and not _is_missing(row.repeat_status):
+                    self._import_repeat(conn, row, inserted)
         added = self._count() - before
         return added, len(df) - added
 
@@ -680,39 +682,34 @@ class Store:
         return int(self._conn.execute("SELECT count(*) FROM measurements").fetchone()[0])
 
     @staticmethod
-    def _import_repeat(conn: sqlite3.Connection, row: Any) -> None:
-        """A data set row's repeat (a second timing of it, see ``repeats``), attached only
-        to that very measurement (same time: a local record the import kept is another one)
-        and only when it has no repeat yet."""
+    def _import_repeat(conn: sqlite3.Connection, row: Any, measurement_id: int) -> None:
+        """A data set row's repeat (a second timing of it, see ``repeats``), attached to the
+        measurement this import just stored from the same row."""
         if row.repeat_status not in STATUSES:
             raise CognateError(f"import: unknown repeat status {row.repeat_status!r}")
-        host = SIMULATED_HOST if is_simulated(row.target) else row.host
         noisy = _none_if_nan(getattr(row, "repeat_noisy", None))
         conn.execute(
-            _IMPORT_REPEAT,
+            "INSERT INTO repeats (measurement_id, runtime_s, status, noisy, time)"
+            " VALUES (?, ?, ?, ?, ?)",
             (
+                measurement_id,
                 _finite_or_none(_none_if_nan(row.repeat_runtime_s)),
                 row.repeat_status,
-                None if noisy is None or noisy is pd.NA else int(bool(noisy)),
+                None if noisy is None else int(bool(noisy)),
                 pd.Timestamp(row.repeat_time).isoformat(timespec="microseconds"),
-                row.matrix_sha256,
-                row.target,
-                row.op,
-                int(row.width),
-                host,
-                row.config_hash,
-                pd.Timestamp(row.time).isoformat(timespec="microseconds"),
             ),
         )
 
     @staticmethod
-    def _import_measurement(conn: sqlite3.Connection, row: Any) -> None:
+    def _import_measurement(conn: sqlite3.Connection, row: Any) -> int | None:
+        """Store one data set row unless the store holds its record; the new row's id, or
+        None when it was kept as it was."""
         if row.status not in STATUSES:
             raise CognateError(f"import: unknown status {row.status!r}")
         # a simulator's records are host-independent, whatever an older export called them
         host = SIMULATED_HOST if is_simulated(row.target) else row.host
         noisy = _none_if_nan(getattr(row, "noisy", None))
-        conn.execute(
+        cursor = conn.execute(
             """INSERT INTO measurements (matrix_id, target, op, width, config_id, space_version,
                    runtime_s, spread_s, counters, status, error, is_baseline, host, time,
                    attempts, noisy, load1_before, busy_before, load1_after, busy_after)
@@ -740,15 +737,7 @@ class Store:
                 *(_finite_or_none(_none_if_nan(getattr(row, c, None))) for c in _LOAD_COLUMNS),
             ),
         )
-
-
-_IMPORT_REPEAT = """
-INSERT INTO repeats (measurement_id, runtime_s, status, noisy, time)
-SELECT r.id, ?, ?, ?, ? FROM measurements r
-WHERE r.matrix_id = (SELECT id FROM matrices WHERE sha256 = ?) AND r.target = ? AND r.op = ?
-  AND r.width = ? AND r.host = ? AND r.config_id = (SELECT id FROM configs WHERE hash = ?)
-  AND r.time = ? AND NOT EXISTS (SELECT 1 FROM repeats p WHERE p.measurement_id = r.id)
-"""
+        return cursor.lastrowid if cursor.rowcount == 1 else None
 
 
 @functools.cache
@@ -772,6 +761,10 @@ def _expected_tables(version: int) -> dict[str, tuple[str, ...]]:
 # What an import needs: the v1 columns (counters may be absent: a dataset may drop them;
 # schema-2 columns are taken where present).
 _IMPORT_COLUMNS = FRAME_COLUMNS[: FRAME_COLUMNS.index("counters")]
+
+
+def _is_missing(value: Any) -> bool:
+    return _none_if_nan(value) is None
 
 
 def _none_if_nan(value: Any) -> Any:

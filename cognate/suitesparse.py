@@ -16,6 +16,7 @@ import hashlib
 import os
 import re
 import sqlite3
+import stat
 import sys
 import time
 import urllib.error
@@ -38,6 +39,7 @@ from rich.progress import (
 
 from cognate import __version__
 from cognate.errors import CognateError, InputError
+from cognate.homefiles import open_for_write
 from cognate.paths import cognate_home
 from cognate.util import atomic_path
 
@@ -436,7 +438,7 @@ def download(
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     for _attempt in range(2):  # the second attempt starts over after an unusable .part
-        offset = part.stat().st_size if part.exists() else 0
+        offset = _part_size(part)
         response, total = _open(url, offset)
         if response is None:  # 416: nothing left to send
             if total == offset:
@@ -467,6 +469,23 @@ def download(
         )
     os.replace(part, dest)
     return size
+
+
+def _part_size(part: Path) -> int:
+    """The bytes of an interrupted download's ``part`` (0 when there is none). Anything but
+    a regular file there (a planted symbolic link, a FIFO) is refused: it is not ours, and
+    writing through it would truncate a file outside the cache."""
+    try:
+        info = os.lstat(part)
+    except FileNotFoundError:
+        return 0
+    if not stat.S_ISREG(info.st_mode):
+        kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+        raise CognateError(
+            f"{part}: is {kind}, not a partial download cognate wrote; refusing to write "
+            "through it (remove it)"
+        )
+    return info.st_size
 
 
 def _open(url: str, offset: int) -> tuple[Any, int | None]:
@@ -521,7 +540,7 @@ def _stream(
         TimeRemainingColumn(),
     )
     with (
-        open(part, "ab" if offset else "wb") as out,
+        open_for_write(part, append=bool(offset)) as out,  # never through a planted link
         Progress(*columns, console=console, disable=not show) as bar,
     ):
         task = bar.add_task(url.rsplit("/", 1)[-1], total=total, completed=offset)
@@ -565,7 +584,7 @@ def fetch(
         lock_path = cache_dir() / ".locks" / f"{entry.group}.{entry.name}.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         # One downloader per file: a second process waits, then finds the file cached.
-        with open(lock_path, "w") as lock:
+        with open_for_write(lock_path, append=True) as lock:  # never through a planted link
             fcntl.flock(lock, fcntl.LOCK_EX)
             if path.is_file():
                 results.append(Fetched(entry, path, "cached", path.stat().st_size))

@@ -365,3 +365,29 @@ def test_folder_of_matrix_market_files_is_searched_from_headers(
     capsys.readouterr()
     err = _cli_error(["data", "search", "--mirror", str(empty)], capsys)
     assert "no Matrix Market files" in err
+
+
+@pytest.mark.parametrize("target_exists", [True, False])
+@pytest.mark.parametrize("where", ["part", "lock"])
+def test_fetch_never_writes_through_a_planted_part_link(
+    base: str, tmp_path: Path, capsys: pytest.CaptureFixture[str], target_exists: bool, where: str
+) -> None:
+    """A symbolic link planted at the .part or the download's lock file (a shared cache) is
+    refused in one line; the file it points to, outside the cache, is neither truncated
+    nor created."""
+    (entry,) = suitesparse.lookup(base, ["494_bus"])
+    outside = tmp_path / "outside.txt"
+    if target_exists:
+        outside.write_text("precious\n")
+    part = entry.cache_path().with_name("494_bus.tar.gz.part")
+    if where == "lock":
+        part = suitesparse.cache_dir() / ".locks" / "HB.494_bus.lock"
+    part.parent.mkdir(parents=True)
+    part.symlink_to(outside)
+    err = _cli_error(["data", "fetch", "494_bus", "--mirror", base, "--quiet"], capsys)
+    assert str(part) in err and "symbolic link" in err
+    if target_exists:
+        assert outside.read_text() == "precious\n"
+    else:
+        assert not outside.exists()
+    assert not entry.cache_path().exists()

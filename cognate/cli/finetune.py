@@ -118,8 +118,11 @@ def finetune(
     about the run, the choice and its validation figures included, are written to -o.
     """
     from cognate.model.checkpoint import read_metadata
-    from cognate.progress import EpochReporter, plural, read_runs
-    from cognate.records import record_frame  # torch and the model: only when run
+    from cognate.progress import EpochReporter, plural
+    from cognate.records import (
+        read_runs,
+        record_frame,  # torch and the model: only when run
+    )
     from cognate.targets import get_target
     from cognate.transfer.finetune import (
         FinetuneOptions,

@@ -74,8 +74,8 @@ def pretrain(
 
     from cognate.model.preset import load_preset, preset_names
     from cognate.model.train import train
-    from cognate.progress import EpochReporter, plural, read_runs
-    from cognate.records import record_frame
+    from cognate.progress import EpochReporter, plural
+    from cognate.records import read_runs, record_frame
     from cognate.targets import get_target
 
     if preset not in preset_names():

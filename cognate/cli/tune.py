@@ -404,11 +404,14 @@ def _learn(result: Any, seed: int) -> dict[str, Any]:
 def _learned_line(learned: dict[str, Any]) -> str:
     from cognate.progress import plural
 
-    return (
+    line = (
         f"refined the local model {learned['path']} on {learned['added']} measured configs "
         f"({learned['measurements']} in {plural(learned['updates'], 'update')} since "
         f"{learned['from']})"
     )
+    if learned.get("superseded"):
+        line += f"; it supersedes the local copy refined from {learned['superseded']}"
+    return line
 
 
 def _record(result: Any, db: Path | None, no_record: bool) -> tuple[Path, int] | None:

@@ -136,6 +136,15 @@ class LearnedMeta(_Section):
     matrices: list[Name] = Field([], max_length=1000)
 
 
+class UpdateMeta(_Section):
+    """One ``CostModel.update`` of a local copy (``tune --verify --learn``)."""
+
+    matrices: list[Name] = Field([], max_length=1000)
+    measurements: int = Field(ge=0, le=1_000_000_000)
+    epochs: int = Field(ge=0, le=1_000_000)
+    seed: int
+
+
 class MatrixRef(_Section):
     sha256: Name
     name: str = ""
@@ -158,6 +167,7 @@ class CheckpointMeta(_Section):
     portfolio: PortfolioMeta | None = None
     ranking: RankingMeta | None = None
     learned: LearnedMeta | None = None
+    updates: list[UpdateMeta] | None = Field(None, max_length=1000)
     split: SplitMeta | None = None
     transfer: dict[str, Any] | None = None  # its loader's schema checks the inside
 

@@ -12,7 +12,11 @@ from cognate.util import atomic_write
 
 
 def _stem(result: TuneResult) -> str:
+    """``<matrix>-<target>-<op>-<config hash>``; the matrix part is letters, digits and
+    ``-_.`` and never starts with a dot (a matrix named ``.`` or ``.x`` would give hidden
+    files) or a dash (read as an option by the tools the files go to)."""
     safe = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in result.matrix.name)
+    safe = safe.lstrip(".-")
     return f"{safe or 'matrix'}-{result.target}-{result.op}-{result.config.hash}"
 
 
@@ -41,6 +45,8 @@ def emit(result: TuneResult, directory: str | Path) -> list[Path]:
         try:
             atomic_write(path, text)
         except OSError as err:
-            raise CognateError(f"{path}: cannot write: {err}") from None
+            for written in files:  # all of the schedule's files or none: no orphan source
+                written.unlink(missing_ok=True)
+            raise CognateError(f"{path}: cannot write: {err.strerror or err}") from None
         files.append(path)
     return files

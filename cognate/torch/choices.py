@@ -5,15 +5,16 @@ under ``<cognate home>/torch-choices/`` (so building the same matrix again in an
 costs no ranking), in a record store when one is given (the fastest measurement of that
 matrix, op and width on this host), and only then made by ``cognate.tune``. A verified
 choice (``verify=True``) is kept apart from a ranked one and serves both kinds of request.
-A file that cannot be read or holds a config the space no longer has is ignored, never an
-error: the choice is then simply tuned again.
+A file that cannot be read or holds a config the space does not accept (a tampered knob, an
+unknown family, a config the space no longer has) is ignored with one warning naming it,
+never an error: the choice is then simply tuned again. The file is read through
+``cognate.homefiles`` (no links, regular files only, size-bounded) and written atomically
+under a lock, so processes building the same matrix at once keep every choice.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,8 +22,13 @@ from typing import Any
 
 from cognate.config import Config
 from cognate.errors import CognateError
+from cognate.homefiles import clean_leftovers, home_lock, ignore, read_home
 from cognate.matrix import Matrix
 from cognate.paths import cognate_home
+from cognate.util import atomic_write
+
+# A choice is ~200 bytes; a matrix used at every op, width and model stays far below this.
+MAX_CHOICES_BYTES = 1 << 20
 
 _MEMO: dict[tuple[str, str], Config] = {}
 
@@ -107,11 +113,20 @@ def _path(matrix: Matrix) -> Path:
 
 
 def _read(matrix: Matrix) -> dict[str, Any]:
-    try:
-        data = json.loads(_path(matrix).read_text())
-    except (OSError, ValueError):
+    """The matrix's choices file as a dict; {} when missing or defective (with a warning)."""
+    path = _path(matrix)
+    raw = read_home(path, MAX_CHOICES_BYTES, then="its choices are tuned again")
+    if raw is None:
         return {}
-    return data if isinstance(data, dict) else {}
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        ignore(path, "not a JSON file of choices", "its choices are tuned again")
+        return {}
+    if not isinstance(data, dict):
+        ignore(path, "not a JSON object of choices", "its choices are tuned again")
+        return {}
+    return data
 
 
 def _from_file(
@@ -120,28 +135,39 @@ def _from_file(
     data = _read(matrix)
     for _, key in keys:
         entry = data.get(key)
-        if isinstance(entry, dict) and entry.get("space_version") == version:
-            knobs = entry.get("knobs")
-            if isinstance(knobs, dict):
-                # The kernel builder re-validates every knob against its whitelists.
-                return Config(target, op, knobs)
+        if entry is None:
+            continue
+        if not isinstance(entry, dict) or not isinstance(entry.get("knobs"), dict):
+            ignore(_path(matrix), f"choice {key!r} is not an object of knobs", "tuned again")
+            continue
+        if entry.get("space_version") != version:
+            continue  # a choice of another version of the space: not comparable
+        try:  # the space's own check: knob names, types, ranges and families
+            return _space(target, op).validate(entry["knobs"])
+        except (CognateError, TypeError, ValueError, OverflowError) as err:
+            ignore(_path(matrix), f"choice {key!r}: {err}", "tuned again")
     return None
 
 
 def _to_file(matrix: Matrix, key: tuple[str, str], config: Config, version: str) -> None:
-    """Add one choice to the matrix's file (written to a temporary file, then renamed, so a
-    reader never sees half a file); a cache that cannot be written is skipped."""
+    """Add one choice to the matrix's file: read, changed and replaced atomically under the
+    file's lock (concurrent builders of one matrix keep each other's choices); a cache that
+    cannot be written is skipped."""
     path = _path(matrix)
-    data = _read(matrix)
-    data[key[1]] = {"knobs": dict(config.knobs), "space_version": version, "name": matrix.name}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, sort_keys=True)
-        os.replace(tmp, path)
     except OSError:
         return
+    with home_lock(path) as locked:
+        if not locked:
+            return
+        clean_leftovers(path)  # temp files of writers killed mid-write
+        data = _read(matrix)
+        data[key[1]] = {"knobs": dict(config.knobs), "space_version": version, "name": matrix.name}
+        try:
+            atomic_write(path, json.dumps(data, sort_keys=True))
+        except OSError:
+            return
 
 
 def _from_store(matrix: Matrix, op: str, width: int, options: TuneOptions) -> Config | None:
@@ -160,10 +186,13 @@ def _from_store(matrix: Matrix, op: str, width: int, options: TuneOptions) -> Co
         & (frame["host"] == host_for(options.target))
         & (frame["space_version"] == version)
     ]
-    if rows.empty:
-        return None
-    best = rows.loc[rows["runtime_s"].idxmin()]
-    return Config(options.target, op, json.loads(best["config"]))
+    space = _space(options.target, op)
+    for text in rows.sort_values("runtime_s")["config"]:
+        try:  # a record the space refuses (an imported one) is passed over, not run
+            return space.validate(json.loads(text))
+        except (CognateError, TypeError, ValueError):
+            continue
+    return None
 
 
 def _tune(matrix: Matrix, op: str, width: int, options: TuneOptions) -> Config:
@@ -198,9 +227,9 @@ def forget(matrix: Matrix) -> None:
     ``TunedSparse`` of it tunes again (what a benchmark of the tuning cost wants)."""
     for key in [k for k in _MEMO if k[0] == matrix.sha256]:
         del _MEMO[key]
-    try:
-        _path(matrix).unlink()
-    except FileNotFoundError:
-        pass
-    except OSError:
-        return
+    with home_lock(_path(matrix)) as locked:
+        if locked:
+            try:
+                _path(matrix).unlink()
+            except OSError:  # missing, or not ours to remove (a folder)
+                return

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import io
 from pathlib import Path
 
 import numpy as np
@@ -44,8 +45,9 @@ from scipy.sparse.csgraph import connected_components
 
 from cognate.build import compile_c, load_library
 from cognate.errors import CognateError
+from cognate.homefiles import ignore, read_home
 from cognate.paths import cognate_home
-from cognate.util import atomic_path
+from cognate.util import atomic_path, one_line
 
 ALGORITHM_VERSION = 1  # bump when the order for a given (matrix, blend) changes
 _HASHES = 8
@@ -256,21 +258,44 @@ def cached_cluster_rows(csr: sp.csr_matrix, key: str, blend: float) -> np.ndarra
             np.save(stream, order, allow_pickle=False)  # a file object: no .npy appended
     except OSError:
         pass  # a cache that cannot be written costs only the recomputation next time
-    finally:
-        tmp.unlink(missing_ok=True)
     return order
 
 
 def _read_order(path: Path, rows: int) -> np.ndarray | None:
-    """The cached order if it is a valid permutation of range(rows), else None."""
+    """The cached order if it is a valid permutation of range(rows), else None (a file
+    that is not a regular one, too large, or whose header is not an int32 vector of ``rows``
+    is ignored with one warning before its body is read: see ``cognate.homefiles``)."""
+    raw = read_home(path, _NPY_HEADER_MAX + 4 * rows)
+    if raw is None:
+        return None
     try:
-        order = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError):
+        stream = io.BytesIO(raw)
+        version = np.lib.format.read_magic(stream)
+        read_header = _NPY_HEADERS.get(version)
+        if read_header is None:
+            raise ValueError(f"format version {version}")
+        shape, fortran, dtype = read_header(stream)
+    except (OSError, ValueError, EOFError, SyntaxError, TypeError) as err:
+        ignore(path, f"not a .npy file ({one_line(err, 80)})")
         return None
-    if order.dtype != np.int32 or order.shape != (rows,):
+    if dtype != np.dtype(np.int32) or shape != (rows,) or fortran:
+        ignore(path, f"holds {dtype} {shape}, not the order of {rows} rows")
         return None
+    if len(raw) - stream.tell() != 4 * rows:
+        ignore(path, f"{len(raw) - stream.tell()} bytes of data, not {4 * rows}")
+        return None
+    order = np.frombuffer(raw, dtype=np.int32, count=rows, offset=stream.tell()).copy()
     if rows and (order.min() < 0 or order.max() >= rows):
+        ignore(path, "not a permutation of the rows")
         return None
     if np.bincount(order, minlength=rows).max(initial=0) > 1:
+        ignore(path, "not a permutation of the rows")
         return None
     return order
+
+
+_NPY_HEADER_MAX = 65536 + 16  # a .npy header is at most this long (format 2.0)
+_NPY_HEADERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
