@@ -648,6 +648,8 @@ def _real_values(values: np.ndarray, field: str) -> np.ndarray:
         return np.ones(values.shape, dtype=np.float32)
     if np.iscomplexobj(values):
         values = values.real
+    if values.dtype == np.float32 and _all_finite(values):
+        return values  # already what cognate keeps: no copy (0.4 GB at 10^8)
     finite = np.finfo(np.float32).max
     out = np.empty(values.shape, dtype=np.float32)
     # In chunks: float64 copies of 10^8 values would cost 0.8 GB each.
@@ -656,6 +658,14 @@ def _real_values(values: np.ndarray, field: str) -> np.ndarray:
         chunk = np.nan_to_num(chunk, nan=0.0, posinf=finite, neginf=-finite)
         out[lo : lo + _VALUE_CHUNK] = np.clip(chunk, -finite, finite)
     return out
+
+
+def _all_finite(values: np.ndarray) -> bool:
+    """No NaN or infinity in ``values`` (checked in chunks: no full-size mask)."""
+    return all(
+        np.isfinite(values[lo : lo + _VALUE_CHUNK]).all()
+        for lo in range(0, values.size, _VALUE_CHUNK)
+    )
 
 
 # --- SuiteSparse tar archives --------------------------------------------------------

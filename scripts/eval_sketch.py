@@ -18,7 +18,7 @@ import math
 import pandas as pd
 import torch
 
-from cognate.model.featurizer import sketch_points
+from cognate.model.featurizer import SKETCH_BANDS, sketch_points
 from cognate.model.train import evaluate, load_checkpoint
 from cognate.paths import data_dir
 from cognate.records import load_record_matrix, runs_per_host
@@ -30,6 +30,7 @@ def main() -> None:
     parser.add_argument("--target", default="cpu")
     parser.add_argument("--op", default="spmm")
     parser.add_argument("--fraction", type=float, default=0.015)
+    parser.add_argument("--bands", type=int, default=SKETCH_BANDS)
     parser.add_argument("--min-nnz", type=int, default=100_000)
     parser.add_argument("--split", default="test", choices=("test", "validation"))
     args = parser.parse_args()
@@ -53,11 +54,13 @@ def main() -> None:
                 continue
             m = run.matrix
             full[run.key] = featurizer.embed(m)
-            points = sketch_points(m, max(1, int(m.nnz * args.fraction)))
+            points = sketch_points(m, max(1, int(m.nnz * args.fraction)), args.bands)
             sketch[run.key] = featurizer(points, featurizer.scalars(m))
     names = sorted({r.matrix.name for r in runs})
     print(f"{len(names)} held-out matrices ({args.split}, nnz >= {args.min_nnz}), {len(runs)} runs")
-    print(f"sketch fraction {args.fraction}; host ISA: AVX-512, AMD Zen 4 (records' host)")
+    print(
+        f"sketch fraction {args.fraction}, {args.bands} bands; host ISA: AVX-512, AMD Zen 4 (records' host)"
+    )
     groups = {"all": runs} | {
         f"N={w}": [r for r in runs if r.width == w] for w in sorted({r.width for r in runs})
     }

@@ -80,11 +80,13 @@ def sketch_bands(
         height = max(1, min(height - 1, height * max_points // total))
 
 
-def sketch_points(matrix: Matrix, max_points: int = SKETCH_POINTS) -> PointSet:
+def sketch_points(
+    matrix: Matrix, max_points: int = SKETCH_POINTS, bands: int = SKETCH_BANDS
+) -> PointSet:
     """The nonzeros of ``matrix``'s row-band sketch at their true coordinates (a band whose
     single rows still hold too many keeps each band's first ``max_points / bands``)."""
     csr = matrix.csr
-    spans = sketch_bands(csr.indptr, max_points)
+    spans = sketch_bands(csr.indptr, max_points, bands)
     share = max(1, max_points // len(spans))
     rows_parts, cols_parts = [], []
     for a, b in spans:
@@ -269,9 +271,8 @@ class Featurizer(nn.Module):
         if sketch:
             # the sketch's nonzeros at the full path's measured price per nonzero
             entries = min(matrix.nnz, SKETCH_POINTS)
-            check_budget(
-                where, "featurizing the sketch of", rows, cols, entries, self.memory_cost()
-            )
+            cost = self.memory_cost()
+            check_budget(where, "featurizing", rows, cols, entries, cost, "sketch nnz")
             check_budget(
                 where, "structure statistics of", rows, cols, matrix.nnz, self.statistics_cost()
             )
@@ -280,5 +281,5 @@ class Featurizer(nn.Module):
         # Inference only (training calls forward with cached plans): recording the autograd
         # graph of a 1M-nnz matrix costs more time than the convolutions themselves.
         with torch.no_grad():
-            points = sketch_points(matrix) if sketch else matrix_points(matrix)
+            points = sketch_points(matrix, SKETCH_POINTS) if sketch else matrix_points(matrix)
             return self(points, self.scalars(matrix), backend)
