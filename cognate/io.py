@@ -186,9 +186,12 @@ class Cost(NamedTuple):
 
 # Measured per path (docs/reliability.md, matrix inputs): the whole command's peak RSS
 # slope on files declaring 1e6..2e7 rows / columns and 5e5..2e6 entries, with a margin.
-# cpu's tune packs the top picks (an array per row); collecting times kernels against
-# dense operands and a float64 reference, per row and column `width` values several times.
-TUNE_COSTS = {"cpu": Cost(128, 16, 256)}
+# cpu's tune checks that its top picks can run by packing each one (an array per row;
+# measured on a 10^7-nnz powerlaw graph: 32-99 bytes per nonzero per pack, the whole rank-
+# only tune 1.5 GB over the loaded CSR, the sketch featurizer's ~1.1 GB included);
+# collecting times kernels against dense operands and a float64 reference, per row and
+# column `width` values several times.
+TUNE_COSTS = {"cpu": Cost(128, 16, 160)}
 TUNE_COST = Cost(48, 16, 64)  # spade, gpu: the model's ranking (the featurizer checks itself)
 COLLECT_COST = Cost(32, 16, 96)  # spade: tiles streamed from the canonical CSR
 

@@ -59,7 +59,7 @@ def main() -> None:
     names = sorted({r.matrix.name for r in runs})
     print(f"{len(names)} held-out matrices ({args.split}, nnz >= {args.min_nnz}), {len(runs)} runs")
     print(
-        f"sketch fraction {args.fraction}, {args.bands} bands; host ISA: AVX-512, AMD Zen 4 (records' host)"
+        f"{args.target}-{args.op}: sketch fraction {args.fraction}, {args.bands} bands; host ISA: AVX-512, AMD Zen 4 (records' host)"
     )
     groups = {"all": runs} | {
         f"N={w}": [r for r in runs if r.width == w] for w in sorted({r.width for r in runs})
