@@ -37,7 +37,7 @@ LOG_SCALE = 16.0
 # ~3 GiB), in this many row bands whose starts are multiples of SKETCH_ALIGN rows (so the
 # stride-2 layers' cells inside a band are whole cells, as in the full matrix).
 SKETCH_POINTS = 1_500_000
-SKETCH_BANDS = 16
+SKETCH_BANDS = 64
 SKETCH_ALIGN = 64
 # full: always the whole pattern; sketch: always the row-band sketch; auto: the whole
 # pattern when it fits the memory budget, else the sketch.
