@@ -12,7 +12,14 @@ from rich.console import Console
 from rich.table import Table
 
 from cognate.errors import CognateError
-from cognate.synth import ALL_KINDS, LAYER_SHAPES, PERMUTE_CHOICES, SCALE_KINDS, generate
+from cognate.synth import (
+    ALL_KINDS,
+    LAYER_SHAPES,
+    PERMUTE_CHOICES,
+    PUBLISHED_KINDS,
+    SCALE_KINDS,
+    generate,
+)
 from cognate.synth.upscale import LAYOUTS
 
 _LAYER_SHAPES = ", ".join(f"{m}x{n}" for m, n in LAYER_SHAPES)
@@ -75,7 +82,7 @@ def _cell(value: Any) -> str:
 
 
 @click.command("synth")
-@click.argument("kind", type=click.Choice(ALL_KINDS))
+@click.argument("kind", type=click.Choice(ALL_KINDS + PUBLISHED_KINDS))
 @click.option("--rows", type=click.IntRange(min=1), help="Number of rows (M).")
 @click.option("--cols", type=click.IntRange(min=1), help="Number of columns (N).")
 @click.option(
@@ -108,12 +115,19 @@ def _cell(value: Any) -> str:
     "--base", type=click.Path(path_type=Path), help="kron: the real matrix file to upscale."
 )
 @click.option("--layout", type=click.Choice(LAYOUTS), help="kron: blocks (default) or tiles.")
+@click.option(
+    "--order",
+    type=click.IntRange(min=2),
+    help="mycielskian / delaunay / kron-g500: the order (17 for mycielskian17, 22 for "
+    "delaunay_n22, 19 for kron_g500-logn19).",
+)
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help=".npz or .mtx")
 def synth(kind: str, output: Path, **args: Any) -> None:
     """Generate a synthetic KIND matrix (deterministic per seed) and write it to OUTPUT.
 
     The realistic kinds (mesh2d, mesh3d, powerlaw, road, circuit, lp, kron) are sized by
-    --nnz alone (their shape follows) or by --rows/--cols.
+    --nnz alone (their shape follows) or by --rows/--cols; the published graphs
+    (mycielskian, delaunay, kron-g500) by --order alone.
     """
     from cognate.io import check_output_path, save_matrix
 
@@ -123,7 +137,7 @@ def synth(kind: str, output: Path, **args: Any) -> None:
         options.pop("rows", None),
         options.pop("cols", None),
         options.pop("shape", None),
-        sized_by_nnz=kind in SCALE_KINDS,
+        sized_by_nnz=kind in SCALE_KINDS + PUBLISHED_KINDS,
     )
     check_output_path(output)  # before generating: a big matrix should not be made in vain
     matrix = generate(kind, rows, cols, **options)

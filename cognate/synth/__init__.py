@@ -40,7 +40,15 @@ The realistic kinds imitate the classes SpMM users run at 10^5-10^7 nnz; they ar
   rows and columns; ``blocks``, ``ratio``.
 - ``kron`` (``upscale``): a real matrix file ``base`` upscaled by a Kronecker product with a
   small random pattern; ``layout`` = blocks | tiles.
-Every kind takes ``permute`` = rows | cols | both: a random row and/or column permutation
+The published kinds (``published``) rebuild SuiteSparse graphs of HotTiles' SPADE calibration
+by ``order`` alone (the number in the SuiteSparse name; ``seed`` where random):
+
+- ``mycielskian``: the Mycielski graph M_order exactly (``mycielskian17``).
+- ``delaunay``: Delaunay graph of 2^order uniform points (``delaunay_n22`` in distribution).
+- ``kron-g500``: Graph500 Kronecker graph on 2^order vertices (``kron_g500-logn19`` in
+  distribution).
+
+Every other kind takes ``permute`` = rows | cols | both: a random row and/or column permutation
 of the same matrix S (drawn from a separate stream, so S is identical). The result's
 ``csr`` is the permuted matrix A and it carries the index maps (``row_perm`` / ``col_perm``,
 ``A[row_perm[i], col_perm[j]] = S[i, j]``; ``Matrix.structured()`` gives S back).
@@ -62,6 +70,7 @@ from cognate.synth.engineering import circuit, lp
 from cognate.synth.graphs import powerlaw, road
 from cognate.synth.masks import block, kdiag, kdiag_count, nm, nm_options_for
 from cognate.synth.mesh import mesh
+from cognate.synth.published import PUBLISHED_KINDS, published
 from cognate.synth.sampling import INT32_MAX, Pattern, Positions, check_size
 from cognate.synth.upscale import kron
 
@@ -71,6 +80,7 @@ __all__ = [
     "LAYER_SHAPES",
     "LAYER_SPARSITIES",
     "PERMUTE_CHOICES",
+    "PUBLISHED_KINDS",
     "RMAT_DEFAULTS",
     "SCALE_KINDS",
     "STRUCTURED_KINDS",
@@ -138,6 +148,8 @@ def generate(
     **kind_options: Any,
 ) -> Matrix:
     """A synthetic matrix of the given kind; bad arguments raise ``CognateError``."""
+    if kind in PUBLISHED_KINDS:
+        return _published(kind, rows, cols, density, sparsity, nnz, seed, permute, kind_options)
     _check_args(kind, rows, cols, seed, permute, kind_options)
     rng = np.random.default_rng(seed)
     if kind in SCALE_KINDS:
@@ -160,6 +172,28 @@ def generate(
         source += f" permute={permute}"
     name = f"{kind}_{rows}x{cols}_seed{seed}" + (f"_perm-{permute}" if permute else "")
     return Matrix(name, csr, source=source, field="real", symmetry="general", **maps)
+
+
+def _published(
+    kind: str,
+    rows: int | None,
+    cols: int | None,
+    density: float | None,
+    sparsity: float | None,
+    nnz: int | None,
+    seed: int,
+    permute: str | None,
+    options: dict[str, Any],
+) -> Matrix:
+    """A published kind: sized by ``order`` alone."""
+    given = {"rows": rows, "cols": cols, "density": density, "sparsity": sparsity, "nnz": nnz}
+    extra = sorted(k for k, v in {**given, "permute": permute}.items() if v is not None)
+    extra += sorted(set(options) - {"order"})
+    if extra:
+        raise CognateError(f"{kind} is sized by order alone; it does not take {', '.join(extra)}")
+    if "order" not in options:
+        raise CognateError(f"{kind} needs an order (e.g. 17 for mycielskian17)")
+    return published(kind, options["order"], seed)
 
 
 def synthetic_pair(nnz: int, seed: int = 1) -> list[Matrix]:
