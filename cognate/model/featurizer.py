@@ -281,5 +281,9 @@ class Featurizer(nn.Module):
         # Inference only (training calls forward with cached plans): recording the autograd
         # graph of a 1M-nnz matrix costs more time than the convolutions themselves.
         with torch.no_grad():
-            points = sketch_points(matrix, SKETCH_POINTS) if sketch else matrix_points(matrix)
+            points = (
+                sketch_points(matrix, SKETCH_POINTS, SKETCH_BANDS)
+                if sketch
+                else matrix_points(matrix)
+            )
             return self(points, self.scalars(matrix), backend)
