@@ -64,6 +64,8 @@ _HEAD_BYTES = 1 << 20  # the Matrix Market header (banner, comments, size line) 
 # Bytes one entry line may take: two int32 indices and two 17-digit complex parts fit in ~75.
 _MAX_LINE_BYTES = 128
 _CHUNK_BYTES = 1 << 24
+_VALUE_CHUNK = 1 << 22  # values converted per step
+_STAT_CHUNK = 1 << 22  # entries per step of `matrix_stats`
 # data info's diagonal concentration: entries within 1% of the shape of the diagonal.
 _NEAR_DIAGONAL = 0.01
 _FIELDS = ("real", "integer", "complex", "pattern")
@@ -184,9 +186,12 @@ class Cost(NamedTuple):
 
 # Measured per path (docs/reliability.md, matrix inputs): the whole command's peak RSS
 # slope on files declaring 1e6..2e7 rows / columns and 5e5..2e6 entries, with a margin.
-# cpu's tune packs the top picks (an array per row); collecting times kernels against
-# dense operands and a float64 reference, per row and column `width` values several times.
-TUNE_COSTS = {"cpu": Cost(128, 16, 256)}
+# cpu's tune checks that its top picks can run by packing each one (an array per row;
+# measured on a 10^7-nnz powerlaw graph: 32-99 bytes per nonzero per pack, the whole rank-
+# only tune 1.5 GB over the loaded CSR, the sketch featurizer's ~1.1 GB included);
+# collecting times kernels against dense operands and a float64 reference, per row and
+# column `width` values several times.
+TUNE_COSTS = {"cpu": Cost(128, 16, 160)}
 TUNE_COST = Cost(48, 16, 64)  # spade, gpu: the model's ranking (the featurizer checks itself)
 COLLECT_COST = Cost(32, 16, 96)  # spade: tiles streamed from the canonical CSR
 
@@ -646,9 +651,24 @@ def _real_values(values: np.ndarray, field: str) -> np.ndarray:
         return np.ones(values.shape, dtype=np.float32)
     if np.iscomplexobj(values):
         values = values.real
+    if values.dtype == np.float32 and _all_finite(values):
+        return values  # already what cognate keeps: no copy (0.4 GB at 10^8)
     finite = np.finfo(np.float32).max
-    values = np.nan_to_num(values.astype(np.float64), nan=0.0, posinf=finite, neginf=-finite)
-    return np.clip(values, -finite, finite).astype(np.float32)
+    out = np.empty(values.shape, dtype=np.float32)
+    # In chunks: float64 copies of 10^8 values would cost 0.8 GB each.
+    for lo in range(0, values.size, _VALUE_CHUNK):
+        chunk = values[lo : lo + _VALUE_CHUNK].astype(np.float64)
+        chunk = np.nan_to_num(chunk, nan=0.0, posinf=finite, neginf=-finite)
+        out[lo : lo + _VALUE_CHUNK] = np.clip(chunk, -finite, finite)
+    return out
+
+
+def _all_finite(values: np.ndarray) -> bool:
+    """No NaN or infinity in ``values`` (checked in chunks: no full-size mask)."""
+    return all(
+        np.isfinite(values[lo : lo + _VALUE_CHUNK]).all()
+        for lo in range(0, values.size, _VALUE_CHUNK)
+    )
 
 
 # --- SuiteSparse tar archives --------------------------------------------------------
@@ -715,6 +735,10 @@ def _read_npz(path: Path) -> tuple[sp.csr_matrix, str, str]:
     _check_dims(path, rows, cols, int(matrix.nnz))
     if hasattr(matrix, "check_format"):  # CSR/CSC/BSR: indptr and index ranges
         matrix.check_format(full_check=True)
+    if matrix.format == "csr" and matrix.has_canonical_format:
+        # Already canonical (what cognate and scipy write): no COO copy, no re-sort; at
+        # 10^8 nonzeros that detour cost several GB and most of the load time.
+        return _canonical_csr(matrix)
     coo = matrix.tocoo()
     if coo.nnz and (
         coo.row.min() < 0 or coo.col.min() < 0 or coo.row.max() >= rows or coo.col.max() >= cols
@@ -725,6 +749,19 @@ def _read_npz(path: Path) -> tuple[sp.csr_matrix, str, str]:
     csr = canonicalize(sp.coo_matrix((values, (coo.row, coo.col)), shape=(rows, cols)))
     if field == "pattern":
         csr.data[:] = 1.0
+    return csr, field, "general"
+
+
+def _canonical_csr(matrix: sp.csr_matrix) -> tuple[sp.csr_matrix, str, str]:
+    """An already sorted, duplicate-free CSR in cognate's dtypes, converted in place."""
+    field = _field_of_dtype(matrix.data.dtype)
+    values = _real_values(matrix.data, "real" if field == "pattern" else field)
+    if field == "pattern":
+        values[:] = 1.0
+    indptr = matrix.indptr.astype(np.int32, copy=False)
+    indices = matrix.indices.astype(np.int32, copy=False)
+    csr = sp.csr_matrix((values, indices, indptr), shape=matrix.shape, copy=False)
+    csr.has_canonical_format = True
     return csr, field, "general"
 
 
@@ -887,10 +924,20 @@ def matrix_stats(matrix: Matrix) -> dict[str, Any]:
     rows, cols = matrix.shape
     lengths = np.diff(csr.indptr).astype(np.float64)
     mean = float(lengths.mean())
-    row_of_entry = np.repeat(np.arange(rows, dtype=np.int64), np.diff(csr.indptr))
-    distance = np.abs(row_of_entry - csr.indices.astype(np.int64))
-    # Distance from the diagonal as a fraction of the shape (rectangular: the scaled one).
-    scaled = np.abs(row_of_entry / rows - csr.indices / cols)
+    bandwidth, near = 0, 0
+    # Row blocks of about _STAT_CHUNK entries: per-entry int64 / float64 temporaries of
+    # the whole matrix would cost ~40 bytes per nonzero (4 GB at 10^8).
+    for lo, hi in row_blocks(csr.indptr, _STAT_CHUNK):
+        start, stop = int(csr.indptr[lo]), int(csr.indptr[hi])
+        row_of_entry = np.repeat(
+            np.arange(lo, hi, dtype=np.int64), np.diff(csr.indptr[lo : hi + 1])
+        )
+        cols_of_entry = csr.indices[start:stop].astype(np.int64)
+        if row_of_entry.size:
+            bandwidth = max(bandwidth, int(np.abs(row_of_entry - cols_of_entry).max()))
+            # Distance from the diagonal as a fraction of the shape (rectangular: scaled).
+            scaled = np.abs(row_of_entry / rows - cols_of_entry / cols)
+            near += int(np.count_nonzero(scaled <= _NEAR_DIAGONAL))
     return {
         "name": matrix.name,
         "rows": rows,
@@ -902,9 +949,22 @@ def matrix_stats(matrix: Matrix) -> dict[str, Any]:
         "row_mean": mean,
         "row_max": int(lengths.max()),
         "row_cv": float(lengths.std() / mean) if mean > 0 else 0.0,
-        "bandwidth": int(distance.max()) if distance.size else 0,
-        "near_diag": float(np.mean(scaled <= _NEAR_DIAGONAL)) if scaled.size else 0.0,
+        "bandwidth": bandwidth,
+        "near_diag": near / matrix.nnz if matrix.nnz else 0.0,
     }
+
+
+def row_blocks(indptr: np.ndarray, entries: int) -> Iterator[tuple[int, int]]:
+    """Consecutive row ranges ``[lo, hi)`` covering all rows, each holding about
+    ``entries`` nonzeros (a single longer row is a block of its own)."""
+    rows = len(indptr) - 1
+    lo = 0
+    while lo < rows:
+        target = int(indptr[lo]) + entries
+        hi = int(np.searchsorted(indptr, target, side="right")) - 1
+        hi = min(rows, max(hi, lo + 1))
+        yield lo, hi
+        lo = hi
 
 
 def expand_matrix_paths(paths: Iterable[str | Path]) -> list[Path]:
