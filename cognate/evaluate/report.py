@@ -608,7 +608,7 @@ def write_report(results: dict[str, Any], preset: ExperimentPreset, out: Path) -
         paper_table(),
         "",
     ]
-    path = out / "md"
+    path = out / "report.md"
     path.write_text("\n".join(lines))
     return path
 
