@@ -43,6 +43,11 @@ class Verification:
     library_error: str | None = None
 
 
+def runs_anywhere() -> str | None:
+    """``Target.missing`` of a target that needs no device: nothing is missing."""
+    return None
+
+
 @dataclass(frozen=True)
 class Target:
     """A piece of hardware cognate tunes for: its spaces, its runner, and its behaviour.
@@ -63,7 +68,8 @@ class Target:
     # Whether ``verify`` times library references (the JSON of tune then reports them).
     has_library: bool = False
     # () -> why this machine cannot run the target's kernels (no device), or None when it can.
-    missing: Callable[[], str | None] = lambda: None
+    # A module-level function, not a lambda: a Target is pickled to pool workers.
+    missing: Callable[[], str | None] = runs_anywhere
 
     def space(self, op: str) -> Space:
         if op not in OPS:
