@@ -184,47 +184,11 @@ class Cost(NamedTuple):
         return int(rows * self.per_row + cols * self.per_col + entries * self.per_entry)
 
 
-# Measured per path (docs/reliability.md, matrix inputs): the whole command's peak RSS
-# slope on files declaring 1e6..2e7 rows / columns and 5e5..2e6 entries, with a margin.
-# cpu's tune checks that its top picks can run by packing each one (an array per row;
-# measured on a 10^7-nnz powerlaw graph: 32-99 bytes per nonzero per pack, the whole rank-
-# only tune 1.5 GB over the loaded CSR, the sketch featurizer's ~1.1 GB included);
-# collecting times kernels against dense operands and a float64 reference, per row and
-# column `width` values several times.
-TUNE_COSTS = {"cpu": Cost(128, 16, 160)}
-TUNE_COST = Cost(48, 16, 64)  # spade, gpu: the model's ranking (the featurizer checks itself)
-COLLECT_COST = Cost(32, 16, 96)  # spade: tiles streamed from the canonical CSR
-
-
-def collect_cost(target: str, width: int) -> Cost:
-    """The measured cost of collecting on ``target`` with dense width ``width``."""
-    if target == "spade":
-        return COLLECT_COST
-    # cpu (gpu alike, unmeasured): B / C / X / Y, their float64 reference and tolerance,
-    # the checked result; the packed formats (up to 20 x nnz entries per array).
-    return Cost(32 * width + 64, 24 * width + 16, 400)
-
-
-def tune_cost(target: str, width: int, verify: bool) -> Cost:
-    """The measured cost of ranking on ``target`` (the featurizer checks itself), and with
-    ``verify`` of timing the picks as collecting does."""
-    cost = TUNE_COSTS.get(target, TUNE_COST)
-    if not verify:
-        return cost
-    return Cost(*(max(a, b) for a, b in zip(cost, collect_cost(target, width), strict=True)))
-
-
 def check_work(matrix: Matrix, what: str, cost: Cost) -> None:
     """Refuse ``what`` (a command, e.g. 'collect --target cpu') on ``matrix`` before it
     allocates anything, when its measured ``cost`` is over the memory budget."""
     rows, cols = matrix.shape
     check_budget(matrix.source or matrix.name, f"{what} on", rows, cols, matrix.nnz, cost)
-
-
-def check_collect(matrix: Matrix, target: str, width: int) -> None:
-    """Refuse collecting on ``target`` (dense width ``width``) for ``matrix`` when its
-    measured cost is over the memory budget."""
-    check_work(matrix, f"collect --target {target}", collect_cost(target, width))
 
 
 def check_budget(

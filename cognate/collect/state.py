@@ -75,10 +75,11 @@ class Collection:
             yield plan
 
     def _plan(self, path: Path) -> Plan:
-        from cognate.io import check_collect, load_matrix  # here: it pulls in scipy readers
+        from cognate.io import check_work, load_matrix  # here: it pulls in scipy readers
 
         matrix = load_matrix(path)
-        check_collect(matrix, self.target.name, self.width)  # before anything is allocated
+        cost = self.target.measure_cost(self.width)  # checked before anything is allocated
+        check_work(matrix, f"collect --target {self.target.name}", cost)
         baseline, configs = choose_configs(self.space, matrix, **self.choose)
         host = "*" if self.any_host else self.host
         stored = self.store.resume_state(matrix, self.target.name, self.op, self.width, host)

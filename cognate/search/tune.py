@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from cognate.errors import CognateError
-from cognate.io import check_work, tune_cost
+from cognate.io import check_work
 from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel, resolve_model_path
 from cognate.model.portfolio import ranking_used
@@ -57,7 +57,7 @@ def tune_matrix(
     the_target = get_target(target)
     the_target.check_width(width)
     positive_int(top_k, "top-k")
-    check_work(matrix, f"tune --target {target}", tune_cost(target, width, verify))
+    check_work(matrix, f"tune --target {target}", the_target.tune_cost(width, verify))
     space = the_target.space(op)
     cost_model = _cost_model(model, space)
     say = announce or (lambda line: None)

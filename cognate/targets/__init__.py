@@ -18,6 +18,7 @@ from typing import Any
 
 from cognate.config import Config
 from cognate.errors import CognateError
+from cognate.io import Cost
 from cognate.matrix import Matrix
 from cognate.runner import Measurement, ProgressFn, Runner
 from cognate.space import Space
@@ -41,6 +42,19 @@ class Verification:
     remeasured: list[str] = field(default_factory=list)
     libraries: dict[str, dict[str, Any]] = field(default_factory=dict)
     library_error: str | None = None
+
+
+# What a command costs in memory per row, column and nonzero (docs/reliability.md, matrix
+# inputs: the whole command's peak RSS slope on files declaring 1e6..2e7 rows / columns and
+# 5e5..2e6 entries, with a margin). Ranking: the model's scoring (the featurizer checks
+# itself). Measuring at dense width w: B / C / X / Y, their float64 reference and
+# tolerance, the checked result; the packed formats (up to 20 x nnz entries per array).
+RANK_COST = Cost(48, 16, 64)
+
+
+def dense_measure_cost(width: int) -> Cost:
+    """``Target.measure_cost`` of a target that times kernels on dense operands."""
+    return Cost(32 * width + 64, 24 * width + 16, 400)
 
 
 def runs_anywhere() -> str | None:
@@ -67,6 +81,9 @@ class Target:
     max_width: int | None = None
     # Whether ``verify`` times library references (the JSON of tune then reports them).
     has_library: bool = False
+    # Memory per row, column and nonzero of ranking, and of measuring at a dense width.
+    rank_cost: Cost = RANK_COST
+    measure_cost: Callable[[int], Cost] = dense_measure_cost
     # () -> why this machine cannot run the target's kernels (no device), or None when it can.
     # A module-level function, not a lambda: a Target is pickled to pool workers.
     missing: Callable[[], str | None] = runs_anywhere
@@ -133,6 +150,13 @@ class Target:
         """What ``tune --emit`` writes for a chosen ``config``: (file suffix, text) pairs.
         ``info`` describes the choice (matrix, op, width, knobs, runtime)."""
         return [(".json", json.dumps(info, indent=2) + "\n")]
+
+    def tune_cost(self, width: int, verify: bool) -> Cost:
+        """Memory of ``tune``: ranking, and with ``verify`` measuring the picks."""
+        if not verify:
+            return self.rank_cost
+        measure = self.measure_cost(width)
+        return Cost(*(max(a, b) for a, b in zip(self.rank_cost, measure, strict=True)))
 
     @property
     def has_kernel(self) -> bool:

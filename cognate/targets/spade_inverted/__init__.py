@@ -10,7 +10,7 @@ Everything else (knobs, machine parameters, the C core) is spade's.
 
 from __future__ import annotations
 
-from cognate.targets.spade import SpadeRunner, SpadeSpace, SpadeTarget
+from cognate.targets.spade import SpadeRunner, SpadeSpace, SpadeTarget, simulation_cost
 from cognate.targets.spade.simulator import Machine
 
 NAME = "spade-inverted"
@@ -42,6 +42,7 @@ TARGET = SpadeTarget(
     make_runner=InvertedRunner,
     description="spade with the barrier mechanism inverted relative to its mapper (a test)",
     exclusive=False,
+    measure_cost=simulation_cost,
 )
 
 __all__ = ["NAME", "TARGET", "InvertedRunner", "InvertedSpace"]
