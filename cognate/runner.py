@@ -35,6 +35,9 @@ class Measurement:
 
 ProgressFn = Callable[[Measurement], None]
 
+# A record's error text is one line of at most this many characters (util.one_line).
+ERROR_CHARS = 400
+
 
 class Runner(ABC):
     """Measures configs on a target. One instance may be reused across matrices.

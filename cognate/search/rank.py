@@ -152,7 +152,7 @@ def rank(
     space: Space,
     matrix: Matrix,
     width: int,
-    n_candidates: int = DEFAULT_CANDIDATES,
+    candidates: int = DEFAULT_CANDIDATES,
     seed: int = DEFAULT_SEED,
 ) -> tuple[list[Candidate], Timings]:
     """All candidates ranked by predicted score (rank 1 = predicted fastest).
@@ -166,7 +166,7 @@ def rank(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cognate-embed") as pool:
         embedding = pool.submit(embed, model, matrix, timings)
         start = time.perf_counter()
-        configs = candidate_set(space, matrix.shape, n_candidates, seed)
+        configs = candidate_set(space, matrix.shape, candidates, seed)
         configs, positions = with_portfolio(configs, model.portfolio)
         timings.candidates_s = time.perf_counter() - start
         scores = score_configs(model, matrix, configs, width, timings, embedding=embedding)

@@ -29,14 +29,11 @@ from typing import Any
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
-from cognate.runner import Measurement, Runner
+from cognate.runner import ERROR_CHARS, Measurement, Runner
 from cognate.targets.gpu.kernels import load_kernels
 from cognate.targets.gpu.problem import Problem, make_problem
 from cognate.targets.gpu.space import GpuSpace
 from cognate.util import describe
-
-# An error message is kept to a line of this many characters (the class name included).
-ERROR_CHARS = 340
 
 
 def interpreter_on() -> bool:

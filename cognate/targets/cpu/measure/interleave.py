@@ -42,10 +42,11 @@ TIMEOUT_S = 10.0  # a config whose checked run takes longer is not timed (status
 def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     """Pack, compile and check every config and library reference: the calls that may be
     timed, and the outcome so far (statuses, errors, the library inspection times)."""
+    from cognate.runner import ERROR_CHARS
     from cognate.targets.cpu import families
     from cognate.targets.cpu.measure.check import OPERAND_SEED, dense_operands, mismatch, reference
     from cognate.targets.cpu.measure.library import library_calls
-    from cognate.targets.cpu.measure.worker import one_line
+    from cognate.util import one_line
 
     matrix = load_job_matrix(job["npz"])
     source = families.pack_source(matrix)  # the structured view built once, if a family asks
@@ -63,10 +64,10 @@ def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[st
             first_s = time.perf_counter() - start
             problem = mismatch(call.result(), ref, tol)
         except families.TooLarge as exc:
-            outcome["configs"][key] = {"status": "too_large", "error": one_line(exc)}
+            outcome["configs"][key] = {"status": "too_large", "error": one_line(exc, ERROR_CHARS)}
             continue
         except Exception as exc:  # noqa: BLE001 - one bad config is a record, not a crash
-            outcome["configs"][key] = {"status": "error", "error": one_line(exc)}
+            outcome["configs"][key] = {"status": "error", "error": one_line(exc, ERROR_CHARS)}
             continue
         if problem:  # a wrong kernel never produces a timing
             outcome["configs"][key] = {"status": "error", "error": problem}

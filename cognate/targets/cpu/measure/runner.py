@@ -22,9 +22,9 @@ from typing import Any
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
-from cognate.runner import Measurement, Runner
+from cognate.runner import ERROR_CHARS, Measurement, Runner
 from cognate.targets.cpu import families
-from cognate.targets.cpu.measure.worker import one_line as _one_line
+from cognate.util import one_line
 
 # --- the driver side ------------------------------------------------------------------------
 
@@ -187,7 +187,7 @@ class CpuRunner(Runner):
         try:
             lib_path, build_counters = self.build(op, config, width)
         except CognateError as exc:
-            return Measurement(config, "error", counters=counters, error=_one_line(exc))
+            return Measurement(config, "error", counters=counters, error=one_line(exc, ERROR_CHARS))
         counters.update(build_counters)
         job = {
             "lib_path": lib_path,
@@ -203,7 +203,9 @@ class CpuRunner(Runner):
             if self._worker is not None and not self._worker.alive():
                 self._worker.kill()
                 self._worker = None  # a fresh worker for the next config
-            return Measurement(config, lost.status, counters=counters, error=_one_line(lost))  # type: ignore[arg-type]
+            return Measurement(
+                config, lost.status, counters=counters, error=one_line(lost, ERROR_CHARS)
+            )  # type: ignore[arg-type]
 
     def _run(
         self, worker: _Worker, job: dict[str, Any], config: Config, counters: dict[str, Any]

@@ -30,13 +30,9 @@ import scipy.sparse as sp
 
 from cognate import util
 from cognate.lifetime import die_with_parent
+from cognate.runner import ERROR_CHARS
 from cognate.targets.cpu import families
 from cognate.targets.cpu.measure.check import OPERAND_SEED, dense_operands, mismatch, reference
-
-
-def one_line(text: object) -> str:
-    """A record's error text: one line of at most 400 characters."""
-    return util.one_line(text, 400)
 
 
 class _MatrixState:
@@ -125,7 +121,7 @@ def serve(conn: Connection) -> None:
             else:
                 _run_job(conn, state, request[1])
         except Exception as exc:  # noqa: BLE001 - a failure is reported, the worker lives on
-            conn.send(("error", f"{type(exc).__name__}: {one_line(exc)}"))
+            conn.send(("error", f"{type(exc).__name__}: {util.one_line(exc, ERROR_CHARS)}"))
 
 
 def main(argv: list[str]) -> None:
