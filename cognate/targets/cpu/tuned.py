@@ -270,10 +270,11 @@ class TunedKernel:
             and out.shape == self._out_shape
             and b.is_contiguous()
             and out.is_contiguous()
-        ):
             # same addresses as last call (so still disjoint), but storage may be freed since
-            check_live_tensor(b, "operand 0")
-            check_live_tensor(out, "out")
+            # (then the full path below refuses it in one line); float32: 4 bytes an element
+            and b.untyped_storage().nbytes() >= b.storage_offset() * 4 + last[4]
+            and out.untyped_storage().nbytes() >= out.storage_offset() * 4 + last[5]
+        ):
             self._argv.run()
             return out
         torch = _torch()
@@ -288,7 +289,13 @@ class TunedKernel:
         pointers = [b.data_ptr(), out.data_ptr()]
         self._point_at(pointers)
         self._bound = (b, out)  # keeps them alive (_repeat takes numpy arrays only)
-        self._torch_last = (b, out, *pointers)
+        self._torch_last = (
+            b,
+            out,
+            *pointers,
+            extents[0][1] - extents[0][0],
+            extents[1][1] - extents[1][0],
+        )
         self._argv.run()
         return out
 
