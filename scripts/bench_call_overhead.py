@@ -138,13 +138,27 @@ def thread_safety(kernel: ScheduleKernel, args: argparse.Namespace) -> None:
             argv._fn(argv._target, ctypes.c_void_p(private.__array_interface__["data"][0]))
 
     calls = {"bare": lambda: [run() for _ in range(batch)], "lock": locked, "fresh-argv": fresh}
+    try:  # the storage check cognate.torch's operators make per tensor (absent before)
+        from cognate.targets.cpu.operands import check_live_tensor
+
+        tensor = torch.ones(kernel.matrix.shape[1], args.width)
+
+        def checked() -> None:
+            for _ in range(batch):
+                check_live_tensor(tensor, "X")
+                run()
+
+        calls["live-check"] = checked
+    except ImportError:
+        pass
     with timing_lock():
         timed = interleaved(calls, args.rounds)
     base = timed["bare"].median
     cells = [
         f"{name} +{(timed[name].median - base) / batch * 1e9:.0f} ns"
         f" (spread {timed[name].spread / batch * 1e9:.0f})"
-        for name in ("lock", "fresh-argv")
+        for name in ("lock", "fresh-argv", "live-check")
+        if name in timed
     ]
     print(f"  thread safety, above the bare call ({base / batch * 1e9:.0f} ns): {'; '.join(cells)}")
 
