@@ -57,6 +57,7 @@ import numpy as np
 import torch
 import cognate
 import cognate.torch as ct
+from cognate.errors import CognateError
 from cognate.io import load_matrix
 
 m = load_matrix(sys.argv[1])
@@ -73,7 +74,7 @@ def freed(shape=(n, w), keep=0, transpose=False):
 def case(name, call):
     try:
         call()
-    except (cognate.CognateError, ValueError) as exc:
+    except (CognateError, ValueError) as exc:
         print(f"{name}: refused: {exc}")
     else:
         print(f"{name}: accepted")
