@@ -11,13 +11,20 @@ On a small real matrix (default dwt_878, 3.5k nnz) and a 1k-nnz random one, dens
 The Python-side cost of a call is its time minus the c-loop time (the same kernel). Medians
 of interleaved rounds; OpenMP settings as the caller has them (nothing set here).
 
-    python scripts/bench_call_overhead.py [--width 128] [--rounds 15]
+``--threading`` adds, per matrix, what making the call safe from several threads costs, on
+the bare argument-vector call (``ArgvCall.run``, nanoseconds per call above it, median and
+interquartile spread): ``lock`` holds a per-kernel lock around it (what ``TunedKernel``
+does), ``fresh-argv`` builds a private copy of the vector per call instead (the alternative:
+a numpy copy and its address handed to the trampoline).
+
+    python scripts/bench_call_overhead.py [--width 128] [--rounds 15] [--threading]
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import threading
 
 import numpy as np
 import scipy.sparse as sp
@@ -32,7 +39,7 @@ from cognate.targets.cpu.measure import library
 from cognate.targets.cpu.measure.check import mismatch, reference
 from cognate.targets.cpu.space import make_space
 from cognate.targets.cpu.tuned import ScheduleKernel
-from cognate.timing import time_interleaved
+from cognate.timing import interleaved, time_interleaved, timing_lock
 
 _LOOP = r"""
 #include <stdint.h>
@@ -66,8 +73,10 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=128)
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batch", type=int, default=200, help="calls per timed sample")
+    parser.add_argument("--threading", action="store_true", help="time lock vs fresh argv")
     args = parser.parse_args()
     print(f"dense width {args.width}; microseconds per call (median of {args.rounds} rounds)")
+    print("numpy-c / torch-c: the call's cost above the kernel (numpy / torch minus c-loop)")
     print(
         f"{'matrix':<12} {'nnz':>6} {'c-loop':>8} {'numpy':>8} {'torch':>8} {'mkl-ie':>8}"
         f" {'numpy-c':>8} {'torch-c':>8}"
@@ -109,6 +118,49 @@ def row(matrix: Matrix, args: argparse.Namespace) -> None:
         f" {us['torch']:>8.2f} {mkl_us:>8.2f} {us['numpy'] - us['c-loop']:>8.2f}"
         f" {us['torch'] - us['c-loop']:>8.2f}"
     )
+    if args.threading:
+        thread_safety(kernel, args)
+
+
+def thread_safety(kernel: ScheduleKernel, args: argparse.Namespace) -> None:
+    """Nanoseconds per call that a lock, or a fresh argument vector, adds to the bare call."""
+    argv = next(iter(kernel._by_width.values()))._argv
+    lock, run, batch = threading.Lock(), argv.run, args.batch
+
+    def locked() -> None:
+        for _ in range(batch):
+            with lock:
+                run()
+
+    def fresh() -> None:
+        for _ in range(batch):
+            private = argv.argv.copy()
+            argv._fn(argv._target, ctypes.c_void_p(private.__array_interface__["data"][0]))
+
+    calls = {"bare": lambda: [run() for _ in range(batch)], "lock": locked, "fresh-argv": fresh}
+    try:  # the storage check cognate.torch's operators make per tensor (absent before)
+        from cognate.targets.cpu.operands import check_live_tensor
+
+        tensor = torch.ones(kernel.matrix.shape[1], args.width)
+
+        def checked() -> None:
+            for _ in range(batch):
+                check_live_tensor(tensor, "X")
+                run()
+
+        calls["live-check"] = checked
+    except ImportError:
+        pass
+    with timing_lock():
+        timed = interleaved(calls, args.rounds)
+    base = timed["bare"].median
+    cells = [
+        f"{name} +{(timed[name].median - base) / batch * 1e9:.0f} ns"
+        f" (spread {timed[name].spread / batch * 1e9:.0f})"
+        for name in ("lock", "fresh-argv", "live-check")
+        if name in timed
+    ]
+    print(f"  thread safety, above the bare call ({base / batch * 1e9:.0f} ns): {'; '.join(cells)}")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ import torch
 
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
+from cognate.targets.cpu.operands import check_live_tensor
 from cognate.targets.cpu.tuned import TunedKernel
 from cognate.torch.choices import Choice, TuneOptions, choose
 from cognate.torch.inputs import as_operand_matrix
@@ -304,7 +305,10 @@ class TunedSparse:
 
     def run_spmm(self, x: torch.Tensor, values: torch.Tensor, transpose: bool) -> torch.Tensor:
         """A @ x (A^T @ x when ``transpose``) with A's values ``values``: float32 cpu tensors
-        of checked shapes (the ops check them)."""
+        of checked shapes (the ops check them; the backward's saved tensors are checked
+        again here: offloading may have freed them since)."""
+        check_live_tensor(x, "cognate.torch.spmm: X")
+        check_live_tensor(values, "cognate.torch.spmm: values")
         x = x.detach().contiguous()
         width = x.shape[1]
         rows = self.shape[1] if transpose else self.shape[0]
@@ -320,6 +324,8 @@ class TunedSparse:
 
     def run_sddmm(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """(x @ y^T) sampled at A's pattern (unit values), A's CSR order."""
+        check_live_tensor(x, "cognate.torch.sddmm: X")
+        check_live_tensor(y, "cognate.torch.sddmm: Y")
         x, y = x.detach().contiguous(), y.detach().contiguous()
         out = torch.empty(self.nnz, dtype=torch.float32)
         if x.shape[1] == 0:

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from cognate.errors import CognateError
+from cognate.targets.cpu.operands import check_live_tensor
 
 _OPERANDS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 _NEXT = itertools.count(1)
@@ -124,7 +125,17 @@ def _check_dense(name: str, x: Any, rows: int, what: str) -> torch.Tensor:
         raise ValueError(f"{name}: {what} is on {x.device}; cognate's kernels run on the cpu")
     if x.dim() != 2 or x.shape[0] != rows:
         raise ValueError(f"{name}: {what} has shape {tuple(x.shape)}, expected ({rows}, width)")
+    _check_live(name, x, what)  # before .contiguous(): torch's copy of such a tensor crashes
     return x.contiguous()
+
+
+def _check_live(name: str, x: torch.Tensor, what: str) -> None:
+    if torch.compiler.is_compiling():  # fake tensors have no storage; the op checks at run
+        return
+    try:
+        check_live_tensor(x, f"{name}: {what}")
+    except CognateError as exc:  # the ValueError of this module's other argument checks
+        raise ValueError(str(exc)) from None
 
 
 def _check_values(name: str, ts: Any, values: Any) -> torch.Tensor:
@@ -141,6 +152,7 @@ def _check_values(name: str, ts: Any, values: Any) -> torch.Tensor:
             f"{name}: values has shape {tuple(values.shape)}, expected ({ts.nnz},): one per"
             " stored entry of A, in A's canonical CSR order"
         )
+    _check_live(name, values, "values")
     return values
 
 

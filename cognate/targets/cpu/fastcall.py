@@ -14,6 +14,7 @@ Python's headers, which a plain install does not have.
 from __future__ import annotations
 
 import ctypes
+import threading
 from collections.abc import Sequence
 from functools import lru_cache, partial
 from typing import Any
@@ -60,7 +61,10 @@ class ArgvCall:
     swaps one array argument (the dense operands and the output) between calls.
 
     The caller keeps every array whose address is in the vector alive (a bound kernel owns
-    its packed arrays; ``TunedKernel`` holds the last operands)."""
+    its packed arrays; ``TunedKernel`` holds the last operands). The vector is shared by
+    every call: a caller that may run on several threads holds ``lock`` from the first
+    ``set_pointer`` to the end of the call (``TunedKernel`` does), or one thread's operands
+    run with another's output."""
 
     keep: Any = None  # an owner of the arrays the vector points at, when the caller has one
 
@@ -69,6 +73,7 @@ class ArgvCall:
         if not address:
             raise CognateError("fast call: the kernel has no address")
         self.pointers = pointers
+        self.lock = threading.Lock()
         self.argv = np.array([0 if v is None else int(v) for v in values], dtype=np.int64)
         self._fn = trampoline(pointers, len(values) - pointers)
         self._target = ctypes.c_void_p(address)

@@ -9,6 +9,7 @@ on each call used to cost more than the SpMM itself on matrices under ~100k nnz 
 from __future__ import annotations
 
 import ctypes
+import threading
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,12 @@ from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.targets.cpu import families
 from cognate.targets.cpu.call import BoundKernel, check_operands
+from cognate.targets.cpu.operands import (
+    check_disjoint,
+    check_live_tensor,
+    overlap_error,
+    tensor_extent,
+)
 
 _F32 = np.dtype(np.float32)
 
@@ -33,6 +40,7 @@ def as_dense(value: Any, what: str) -> np.ndarray:
     if is_torch(value):
         if value.device.type != "cpu":
             raise CognateError(f"{what}: a torch tensor on {value.device}, the kernel runs on cpu")
+        check_live_tensor(value, what)  # before any copy: torch's own copy of one crashes
         tensor = value.detach()
         if tensor.dtype != _torch().float32 or not tensor.is_contiguous():
             tensor = tensor.to(_torch().float32).contiguous()
@@ -55,6 +63,8 @@ def _output(out: Any, shape: tuple[int, ...]) -> np.ndarray:
             "out requires grad: the kernel writes outside autograd (cognate.torch's operators"
             " differentiate)"
         )
+    if is_torch(out):
+        check_live_tensor(out, "out")
     array = out.detach().numpy() if is_torch(out) else out
     if not isinstance(array, np.ndarray):
         raise CognateError(f"out must be a numpy array or torch tensor, got {type(out).__name__}")
@@ -74,7 +84,11 @@ class TunedKernel:
     SpMM: ``self(B, out=None)`` -> C = A @ B (M x width). SDDMM: ``self(X, Y, out=None)`` ->
     A * (X @ Y.T) with A's pattern: a scipy CSR (a torch CSR tensor when X or Y is a torch
     tensor) whose values are ``out`` (A.nnz float32, in A's CSR order) when given.
-    Not thread-safe: the SDDMM slot buffer of a padded layout is shared between calls.
+    Safe to call from several threads: calls of one kernel run one at a time (a lock around
+    the argument vector and the SDDMM slot buffer of a padded layout, both shared between
+    calls; a lock costs 0.2-0.3 us, a fresh argument vector per call ~1.8 us). Each call checks
+    what it is handed (operands.py): shapes, dtype, contiguity, torch tensors' storage live
+    and large enough, and ``out`` sharing no memory with an operand.
 
     A call costs about 2 us of Python around the kernel (scripts/bench_call_overhead.py): its
     arguments live in one vector (``fastcall.ArgvCall``; converting 19 ctypes arguments per
@@ -101,11 +115,16 @@ class TunedKernel:
         self._indptr, self._indices = _read_only(csr.indptr), _read_only(csr.indices)
         self._torch_index: tuple[Any, Any] | None = None
         self._argv = self.call.argv_call()
+        self._lock = self._argv.lock
         # The arrays whose addresses the argument vector holds (kept alive by this reference).
         self._bound: tuple[Any, ...] | None = None
         self._torch_last: tuple[Any, ...] | None = None  # SpMM's last tensors and addresses
 
     def __call__(self, *operands: Any, out: Any = None) -> Any:
+        with self._lock:
+            return self._call(operands, out)
+
+    def _call(self, operands: tuple[Any, ...], out: Any) -> Any:
         if self.op == "spmm" and len(operands) == 1:
             b = operands[0]
             if type(b) is np.ndarray:
@@ -121,7 +140,7 @@ class TunedKernel:
         if arrays is None:  # not float32 C-contiguous numpy arrays of the right shapes
             arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
             as_torch = any(is_torch(a) for a in operands)
-        return self.run(arrays, out, as_torch)
+        return self._run_checked(arrays, out, as_torch)
 
     def _repeat(self, b: np.ndarray, out: Any) -> bool:
         """Whether this SpMM call passes the very numpy arrays of the last one (checked then;
@@ -151,6 +170,10 @@ class TunedKernel:
     def run(self, arrays: tuple[np.ndarray, ...], out: Any = None, as_torch: bool = False) -> Any:
         """``self(...)`` on operands already made dense by ``as_dense``; ``as_torch``: the
         caller passed torch tensors (a result without ``out`` is then a torch tensor)."""
+        with self._lock:
+            return self._run_checked(arrays, out, as_torch)
+
+    def _run_checked(self, arrays: tuple[np.ndarray, ...], out: Any, as_torch: bool) -> Any:
         if len(arrays) != len(self._shapes) or any(
             a.shape != shape for a, shape in zip(arrays, self._shapes, strict=False)
         ):
@@ -169,6 +192,9 @@ class TunedKernel:
         if self._direct:
             self._run(arrays, values)
         else:  # a padded layout: run into its slots, gather A's entries
+            for index, array in enumerate(arrays):  # bounds test, exact: all contiguous
+                if np.may_share_memory(values, array):
+                    raise overlap_error(self.op, index)
             self._run(arrays, self.call.out)
             np.take(self.call.out, self.call.packed.nz_positions, out=values)
         return values
@@ -183,7 +209,8 @@ class TunedKernel:
             or any(a.shape != shape for a, shape in zip(arrays, self._shapes, strict=True))
         ):
             raise CognateError(f"cpu {self.op}: sddmm_values needs X, Y of shapes {self._shapes}")
-        return self._sddmm_into(arrays, self._fresh_or(out, self._out_shape))
+        with self._lock:
+            return self._sddmm_into(arrays, self._fresh_or(out, self._out_shape))
 
     @property
     def value_slots(self) -> np.ndarray:
@@ -206,7 +233,8 @@ class TunedKernel:
 
     def _run(self, arrays: tuple[np.ndarray, ...], out: np.ndarray) -> None:
         """The kernel on these arrays; the ctypes arguments of the last arrays are reused (the
-        cache holds them, so their buffers and addresses stay valid)."""
+        cache holds them, so their buffers and addresses stay valid). New arrays are checked
+        once, when bound: ``out`` (the last) shares no memory with the operands."""
         bound = self._bound
         every = (*arrays, out)
         if (
@@ -214,7 +242,10 @@ class TunedKernel:
             or len(bound) != len(every)
             or any(a is not b for a, b in zip(bound, every, strict=True))
         ):
-            self._point_at([_address(a) for a in every])
+            addresses = [_address(a) for a in every]
+            extents = [(at, at + a.nbytes) for at, a in zip(addresses, every, strict=True)]
+            check_disjoint(extents[:-1], extents[-1], self.op)
+            self._point_at(addresses)
             self._bound, self._torch_last = every, None
         self._argv.run()
 
@@ -239,6 +270,10 @@ class TunedKernel:
             and out.shape == self._out_shape
             and b.is_contiguous()
             and out.is_contiguous()
+            # same addresses as last call (so still disjoint), but storage may be freed since
+            # (then the full path below refuses it in one line); float32: 4 bytes an element
+            and b.untyped_storage().nbytes() >= b.storage_offset() * 4 + last[4]
+            and out.untyped_storage().nbytes() >= out.storage_offset() * 4 + last[5]
         ):
             self._argv.run()
             return out
@@ -249,10 +284,18 @@ class TunedKernel:
             out = torch.empty(self._out_shape, dtype=torch.float32)
         elif not (_plain_tensor(out, torch, self._out_shape) and not out.requires_grad):
             return None
+        extents = [tensor_extent(b, "operand 0"), tensor_extent(out, "out")]
+        check_disjoint(extents[:1], extents[1], self.op)
         pointers = [b.data_ptr(), out.data_ptr()]
         self._point_at(pointers)
         self._bound = (b, out)  # keeps them alive (_repeat takes numpy arrays only)
-        self._torch_last = (b, out, *pointers)
+        self._torch_last = (
+            b,
+            out,
+            *pointers,
+            extents[0][1] - extents[0][0],
+            extents[1][1] - extents[1][0],
+        )
         self._argv.run()
         return out
 
@@ -326,6 +369,7 @@ class ScheduleKernel:
     def __init__(self, matrix: Matrix, op: str, config: Config) -> None:
         self.matrix, self.op, self.config = matrix, op, config
         self._by_width: dict[int, TunedKernel] = {}
+        self._building = threading.Lock()  # two threads' first calls build one kernel
 
     @property
     def widths(self) -> tuple[int, ...]:
@@ -338,9 +382,10 @@ class ScheduleKernel:
         if kernel is None:  # first call at this width: pack and compile
             arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
             width = check_operands(self.op, self.matrix.shape, arrays)
-            kernel = self._by_width.get(width)
-            if kernel is None:
-                kernel = self._by_width[width] = TunedKernel(
-                    self.matrix, self.op, self.config, arrays
-                )
+            with self._building:
+                kernel = self._by_width.get(width)
+                if kernel is None:
+                    kernel = self._by_width[width] = TunedKernel(
+                        self.matrix, self.op, self.config, arrays
+                    )
         return kernel(*operands, out=out)
