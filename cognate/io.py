@@ -104,6 +104,8 @@ def load_matrix(path: str | Path) -> Matrix:
     """Read a matrix file into canonical form; any problem raises ``InputError``."""
     path = Path(path)
     memory_budget()  # a bad COGNATE_MAX_MEMORY is reported as such, before any file problem
+    if path.is_dir():  # before the suffix: "unknown format" would send the user astray
+        raise InputError(path, "a directory, not a matrix file (give one matrix file)")
     suffix = _matrix_suffix(path.name)
     if suffix is None:
         raise InputError(

@@ -440,3 +440,15 @@ def test_strict_numbers_agree_with_a_line_by_line_reading(tmp_path):
         except InputError:
             loaded = False
         assert loaded == right, values
+
+
+def test_a_directory_is_named_as_one_not_as_an_unknown_format(tmp_path, capsys) -> None:
+    from cognate.cli import run
+
+    folder = tmp_path / "graphs.mtx"  # even with a matrix suffix
+    folder.mkdir()
+    with pytest.raises(SystemExit) as stop:
+        run(["tune", str(folder)])
+    err = capsys.readouterr().err
+    assert stop.value.code == 1 and len(err.strip().splitlines()) == 1, err
+    assert "a directory, not a matrix file" in err and "unknown matrix format" not in err
