@@ -305,6 +305,8 @@ def tune(
     if model_note:
         console.print(model_note, soft_wrap=True, markup=False)
     loaded = load_matrix(matrix)
+    if verify and not no_record:
+        _check_store(db)
     with console.status("measuring") if verify else contextlib.nullcontext():
         result = tune_api(
             loaded,
@@ -412,6 +414,15 @@ def _learned_line(learned: dict[str, Any]) -> str:
     if learned.get("superseded"):
         line += f"; it supersedes the local copy refined from {learned['superseded']}"
     return line
+
+
+def _check_store(db: Path | None) -> None:
+    """Open the store --verify will record into, before anything is measured: a damaged or
+    unwritable store is one line now, not after minutes of timing."""
+    from cognate.store import Store, default_db_path
+
+    with Store(db if db is not None else default_db_path()):
+        pass
 
 
 def _record(result: Any, db: Path | None, no_record: bool) -> tuple[Path, int] | None:

@@ -43,7 +43,7 @@ from cognate.targets.cpu.operands import check_live_tensor
 from cognate.targets.cpu.tuned import TunedKernel
 from cognate.torch.choices import Choice, TuneOptions, choose
 from cognate.torch.inputs import as_operand_matrix
-from cognate.torch.ops import register, spmm
+from cognate.torch.ops import SparseOperand, register, spmm
 from cognate.torch.order import NODE_ORDERS, NodeOrder, choose_node_order, node_order
 from cognate.util import positive_int
 
@@ -78,7 +78,7 @@ def transposed(matrix: Matrix) -> tuple[Matrix, np.ndarray]:
                   matrix.symmetry, matrix.col_perm, matrix.row_perm), tmap  # fmt: skip
 
 
-class TunedSparse:
+class TunedSparse(SparseOperand):
     """A sparse matrix A, tuned per dense width, for ``cognate.torch.spmm`` / ``sddmm``.
 
     ``A``: a scipy sparse matrix, a cognate ``Matrix`` (its index maps are kept), a matrix

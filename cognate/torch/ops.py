@@ -156,10 +156,14 @@ def _check_values(name: str, ts: Any, values: Any) -> torch.Tensor:
     return values
 
 
+class SparseOperand:
+    """What the operators take as A: ``TunedSparse`` derives from it. Defined here so that
+    this module checks its operand without importing operand.py (which imports this one);
+    an isinstance check, unlike a registry lookup, traces under ``torch.compile``."""
+
+
 def _check_operand(name: str, ts: Any) -> None:
-    # a TunedSparse registers itself on construction: the registry tells one apart without
-    # this module importing operand.py (which imports this one)
-    if _OPERANDS.get(getattr(ts, "handle", None)) is not ts:
+    if not isinstance(ts, SparseOperand):
         raise TypeError(
             f"{name}: the sparse operand must be a TunedSparse, got {type(ts).__name__}"
         )
