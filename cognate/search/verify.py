@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from cognate.config import Config
 from cognate.runner import Measurement, ProgressFn
 from cognate.search.result import TuneResult
 from cognate.targets import Target
@@ -38,16 +37,13 @@ def verify(
 def add_variants(result: TuneResult, target: Target) -> None:
     """Append the target's variants of the candidates (and baseline) to ``result``'s
     candidates, each ranked and scored as the config it varies."""
-    variants = getattr(target, "variants", None)
-    if variants is None:
-        return
     pool = [*result.candidates, result.baseline]
-    new = variants(result.op, result.width, [c.config for c in pool])
-    if not new:
+    pairs = target.variants(result.op, result.width, [c.config for c in pool])
+    if not pairs:
         return
-    space = target.make_space(result.op)
-    for config in new:
-        parent = next(c for c in pool if _same_but_vector(c.config, config))
+    space = target.space(result.op)
+    for base, config in pairs:
+        parent = next(c for c in pool if c.config == base)
         result.candidates.append(
             replace(
                 parent,
@@ -61,12 +57,6 @@ def add_variants(result: TuneResult, target: Target) -> None:
                 portfolio=False,
             )
         )
-
-
-def _same_but_vector(a: Config, b: Config) -> bool:
-    vector = ("vbits", "vregs", "unroll")
-    strip = lambda knobs: {k: v for k, v in knobs.items() if k not in vector}  # noqa: E731
-    return strip(a.knobs) == strip(b.knobs)
 
 
 def record_verified(result: TuneResult, db: str | Path) -> int:

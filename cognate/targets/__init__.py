@@ -158,6 +158,14 @@ class Target:
         measure = self.measure_cost(width)
         return Cost(*(max(a, b) for a, b in zip(self.rank_cost, measure, strict=True)))
 
+    def variants(
+        self, op: str, width: int, configs: Sequence[Config]
+    ) -> list[tuple[Config, Config]]:
+        """(config, variant) pairs ``tune --verify`` times beside ``configs``: variants in knobs
+        the cost model does not encode (cpu: vector width, register tile), so measurement
+        decides. By default none."""
+        return []
+
     @property
     def has_kernel(self) -> bool:
         """Whether ``kernel`` hands out a callable (the target runs on this kind of machine)."""

@@ -92,7 +92,9 @@ class CpuTarget(Target):
         described = json.dumps({**info, "runtime_args": args}, indent=2) + "\n"
         return [(".c", header + source), (".json", described)]
 
-    def variants(self, op: str, width: int, configs: Sequence[Config]) -> list[Config]:
+    def variants(
+        self, op: str, width: int, configs: Sequence[Config]
+    ) -> list[tuple[Config, Config]]:
         """Vector-width / register-tile variants of the best-ranked plain CSR SpMM config
         among ``configs``, for ``tune --verify`` to time beside them (vector.py)."""
         from cognate.targets.cpu.vector import vector_variants

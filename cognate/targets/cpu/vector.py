@@ -53,8 +53,9 @@ def is_plain_csr_spmm(config: Config) -> bool:
     )
 
 
-def vector_variants(op: str, width: int, configs: Sequence[Config]) -> list[Config]:
-    """New configs: the variants of the first plain CSR SpMM config of ``configs``."""
+def vector_variants(op: str, width: int, configs: Sequence[Config]) -> list[tuple[Config, Config]]:
+    """(base, variant) pairs: the new variants of the first plain CSR SpMM config of
+    ``configs``."""
     if op != "spmm" or not variants_enabled():
         return []
     base = next((c for c in configs if is_plain_csr_spmm(c)), None)
@@ -73,5 +74,5 @@ def vector_variants(op: str, width: int, configs: Sequence[Config]) -> list[Conf
         config = space.validate({**plain, **tile.knobs})
         if config.hash not in seen:
             seen.add(config.hash)
-            found.append(config)
+            found.append((base, config))
     return found
