@@ -148,9 +148,11 @@ def _next_step(result: Any, matrix: Path) -> str:
     if not get_target(result.target).has_kernel:
         return f"to keep it: {emit}"
     run = "kernel(X, Y, out=values)" if result.op == "sddmm" else "kernel(B, out=C)"
+    verify = ", verify=True" if result.verified else ""
     return (
         f"to use it: {emit}; in Python, `cognate.tune(path, target='{result.target}', "
-        f"op='{result.op}', width={result.width}).{run}` runs it on your arrays (A packed once)"
+        f"op='{result.op}', width={result.width}{verify}).{run}` runs it on your arrays "
+        "(A packed once)"
     )
 
 
