@@ -366,6 +366,9 @@ def test_summary_agrees_with_the_table_when_a_faster_candidate_is_within_the_spr
     assert "no other candidate" not in text
     assert "rank 2 ran 2.535x faster (1.87 ms)" in text and "within the timing spread" in text
     assert "(±15.1 ms)" in text and "keep it (4.74 ms)" in text
+    top[1].variant = True  # a target's variant is named as one, with what it changes
+    text = " ".join(" ".join(_printed(result)).split())
+    assert "rank 2's variant (other) ran 2.535x faster" in text and "variant:" in text
     top[1].runtime_s = 5.0e-3  # slower: nothing beat the baseline, and it says so
     text = " ".join(" ".join(_printed(result)).split())
     assert "rank 1 is the baseline config, and no other candidate ran faster" in text

@@ -88,6 +88,8 @@ def _notes(candidate: Any, baseline: Any) -> list[str]:
         notes.append("portfolio")
     if candidate.family_pick:
         notes.append("family pick")
+    if candidate.variant:
+        notes.append("variant")
     return notes
 
 
@@ -106,6 +108,11 @@ def _footnotes(result: Any, notes: list[list[str]], simulated: bool) -> list[str
         lines.append(
             "family pick: its kernel family's best-ranked config, measured in place of a lower "
             "pick so that every family is tried (--no-cover-families: the plain top-k)"
+        )
+    if "variant" in marks:
+        lines.append(
+            "variant: a ranked config with another vector width / register tile (knobs the "
+            "model does not rank), measured beside it so that the timing decides"
         )
     if simulated:
         lines.append(f"runtimes are simulated: the {result.target} simulator, not hardware")
@@ -129,8 +136,10 @@ def _kept_baseline_text(result: Any, rank_1_is_base: bool, sim: str) -> str:
     fastest = min(faster, key=lambda c: c.runtime_s)
     noise = max(fastest.spread_s or 0.0, base.spread_s or 0.0)
     busy = " on a busy machine" if result.unreliable else ""
+    name = f"rank {fastest.scored_rank or fastest.rank}"
+    name += f"'s variant ({fastest.description})" if fastest.variant else ""
     return (
-        f"{start}: rank {fastest.scored_rank or fastest.rank} ran "
+        f"{start}: {name} ran "
         f"{base.runtime_s / fastest.runtime_s:.3f}x faster ({_time(fastest.runtime_s)}), but "
         f"its lead ({_time(base.runtime_s - fastest.runtime_s)}) is within the timing spread "
         f"(±{_time(noise)}){busy}, so it is not a measured win: {kept}"

@@ -65,6 +65,9 @@ class Candidate:
     # 1..k among themselves once configs that cannot run are skipped); 0: not known
     scored_rank: int = 0
     portfolio: bool = False  # one of the model's portfolio configs, ranked ahead of the rest
+    # a target's variant of a ranked config in knobs the model does not rank (cpu: vector
+    # width, register tile): it carries that config's rank and score, measurement decides
+    variant: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -76,6 +79,7 @@ class Candidate:
             "family_pick": self.family_pick,
             "scored_rank": self.scored_rank,
             "portfolio": self.portfolio,
+            "variant": self.variant,
         }
         if self.status is not None:
             out.update(status=self.status, runtime_s=self.runtime_s, spread_s=self.spread_s)

@@ -15,6 +15,7 @@ from cognate.model.portfolio import ranking_used
 from cognate.runner import ProgressFn
 from cognate.search.rank import DEFAULT_CANDIDATES, DEFAULT_SEED, rank, runnable_top, same_config
 from cognate.search.result import TuneResult
+from cognate.search.verify import add_variants
 from cognate.search.verify import verify as verify_result
 from cognate.space import Space
 from cognate.targets import Target, get_target
@@ -77,7 +78,8 @@ def tune_matrix(
     result.skipped_too_large = skipped
     result.space_version = space.version
     result.ranking = ranking_used(cost_model.metadata)
-    if verify:
+    if verify:  # the target's variants (cpu: vector width) are measured with the picks
+        add_variants(result, the_target)
         say(_verify_line(result, the_target))
         verify_result(result, the_target, progress, runner_options, threads)
     return result
@@ -86,7 +88,11 @@ def tune_matrix(
 def _verify_line(result: TuneResult, target: Target) -> str:
     measured = len({c.config for c in [*result.candidates, result.baseline]})
     what = "timing" if target.exclusive else "simulating"
-    line = f"{what} {measured} configs (the top {len(result.candidates)} and the baseline)"
+    variants = sum(c.variant for c in result.candidates)
+    top = len(result.candidates) - variants
+    line = f"{what} {measured} configs (the top {top}, "
+    line += f"{variants} variants of them, " if variants else ""
+    line += "and the baseline)"
     return line + (
         " and the library references in interleaved rounds" if target.has_library else ""
     )

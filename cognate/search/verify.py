@@ -20,11 +20,8 @@ def verify(
     threads: int | None = None,
 ) -> None:
     """Measure the top-k and the baseline with the target's ``verify`` (cpu: interleaved
-    rounds with the library references) and record the outcome on ``result``.
-
-    A target with ``variants`` (cpu: vector width / register tile, which the shipped models do
-    not encode) adds them as candidates first: the measurement chooses among them."""
-    add_variants(result, target)
+    rounds with the library references) and record the outcome on ``result``. The caller
+    adds the target's variants first (``add_variants``)."""
     todo = [c.config for c in result.candidates]
     if result.baseline.config not in set(todo):
         todo.append(result.baseline.config)
@@ -55,6 +52,7 @@ def add_variants(result: TuneResult, target: Target) -> None:
                 spread_s=None,
                 family_pick=False,
                 portfolio=False,
+                variant=True,
             )
         )
 
