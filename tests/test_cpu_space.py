@@ -9,19 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from cases import PLAIN_CSR_SPMM
 
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.targets.cpu.space import CpuSpace, make_space, parallel_loop
 
-SPMM_BASE = {
-    "isplit": 1,
-    "ksplit": 1,
-    "jsplit": 128,
-    "order": ["i1", "i0", "k1", "k0", "j1", "j0"],
-    "formats": ["U", "U", "C", "U"],
-    "chunk": 32,
-}
+SPMM_BASE = PLAIN_CSR_SPMM
 SDDMM_BASE = {
     "isplit": 1,
     "jsplit": 1,

@@ -9,6 +9,7 @@ import subprocess
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from cases import PLAIN_CSR_SPMM
 
 from cognate.config import Config
 from cognate.errors import CognateError
@@ -20,14 +21,7 @@ from cognate.targets.cpu.run import run_config
 from cognate.targets.cpu.space import make_space
 from cognate.targets.cpu.vector import tiles_for, vector_variants
 
-PLAIN = {
-    "isplit": 1,
-    "ksplit": 1,
-    "jsplit": 128,
-    "order": ["i1", "i0", "k1", "k0", "j1", "j0"],
-    "formats": ["U", "U", "C", "U"],
-    "chunk": 32,
-}
+PLAIN = PLAIN_CSR_SPMM
 
 
 def _vector(vbits: int, vregs: int = 4, unroll: int = 2) -> dict:
