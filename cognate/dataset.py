@@ -146,6 +146,8 @@ def dataset_files(paths: list[Path]) -> list[Path]:
 def read_dataset(paths: list[Path], log: Callable[[str], None] | None = None) -> pd.DataFrame:
     """Every Parquet file of ``paths`` (files or folders), each checked row by row
     (``check_rows``) and concatenated; ``log`` gets a line per file read."""
+    from cognate.store import upgrade_frame  # exports of every schema read as the current one
+
     frames = []
     for file in dataset_files(paths):
         started = time.perf_counter()
@@ -153,6 +155,7 @@ def read_dataset(paths: list[Path], log: Callable[[str], None] | None = None) ->
             frame = pd.read_parquet(file)
         except Exception as exc:  # pyarrow raises several types for a damaged file
             raise CognateError(f"{file}: not a readable Parquet file ({exc})") from None
+        frame = upgrade_frame(frame)  # an export older than schema 3: its spreads moved
         check_rows(frame, file)
         frame, skipped = current_configs(frame)
         frames.append(frame)
@@ -262,11 +265,12 @@ def _row_problems(frame: pd.DataFrame) -> Iterator[tuple[Callable[[int], str], p
         ),
         ~(good_ok.where(ok, good_other).astype(bool)),
     )
-    spread = pd.to_numeric(frame["spread_s"], errors="coerce")
-    yield (
-        lambda row: f"{value('spread_s')(row)} is not empty or a time >= 0 s",
-        ~(frame["spread_s"].isna() | spread.between(0, MAX_RUNTIME_S)),
-    )
+    for column in ("spread_s", "range_s"):
+        spread = pd.to_numeric(frame[column], errors="coerce")
+        yield (
+            (lambda row, c=column: f"{value(c)(row)} is not empty or a time >= 0 s"),
+            ~(frame[column].isna() | spread.between(0, MAX_RUNTIME_S)),
+        )
     yield (
         (lambda row: f"{value('is_baseline')(row)} is not true or false"),
         ~frame["is_baseline"].map(_is_flag),
@@ -279,6 +283,7 @@ def _row_problems(frame: pd.DataFrame) -> Iterator[tuple[Callable[[int], str], p
 
 
 MAX_ATTEMPTS = 1_000_000
+MAX_VECTOR_BITS = 1 << 16  # far past any vector register
 MAX_LOAD = 1e6  # a load average or busy-core count past this is no machine's
 
 
@@ -316,6 +321,16 @@ def _store_column_problems(
                 (lambda row, c=column: f"{value(c)(row)} is not empty or a number >= 0"),
                 _optional_number(frame, column, 0, MAX_LOAD),
             )
+    if "isa" in frame:
+        yield (
+            (lambda row: f"{value('isa')(row)} is not empty or an ISA name"),
+            ~frame["isa"].map(lambda v: _is_missing(v) or _is_isa_name(v)),
+        )
+    if "vector_bits" in frame:
+        bad = _optional_number(frame, "vector_bits", 1, MAX_VECTOR_BITS)
+        numbers = pd.to_numeric(frame["vector_bits"].where(~bad), errors="coerce")
+        bad |= numbers.notna() & (numbers != numbers.round())
+        yield (lambda row: f"{value('vector_bits')(row)} is not empty or a bit count"), bad
     if "error" in frame:
         yield (
             (lambda row: f"{value('error')(row)} is not empty or text"),
@@ -473,6 +488,16 @@ def _is_flag(value: Any) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return True
     return isinstance(value, (int, np.integer)) and value in (0, 1)
+
+
+def _is_isa_name(value: Any) -> bool:
+    """A short lower-case name such as 'avx512' (it is shown, never run)."""
+    return (
+        isinstance(value, str)
+        and 0 < len(value) <= 32
+        and value.isascii()
+        and (value.replace("_", "").replace("-", "").isalnum())
+    )
 
 
 def _is_text(value: Any) -> bool:

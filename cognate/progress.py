@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TextIO
 
 EVERY_S = 15.0  # a line at least this often while a phase runs: often enough to see it move
@@ -47,8 +48,11 @@ class Ticker:
         every: float = EVERY_S,
         stream: TextIO | None = None,
         unit: str = "",
+        emit: Callable[[str], None] | None = None,
     ) -> None:
+        """``emit``: where a line goes (default: ``say`` on ``stream``)."""
         self.what, self.total, self.every, self.stream = what, total, every, stream
+        self.emit = emit or (lambda text: say(text, stream))
         self.unit = f" {unit}" if unit else ""
         self.started = self.last = time.monotonic()
 
@@ -63,7 +67,7 @@ class Ticker:
         if done < self.total and now - self.last < self.every:
             return
         self.last = now
-        say(self.line(done, note), self.stream)
+        self.emit(self.line(done, note))
 
     def line(self, done: int, note: str = "") -> str:
         elapsed = self.elapsed

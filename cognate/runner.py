@@ -28,9 +28,11 @@ class Measurement:
     config: Config
     status: Status
     runtime_s: float | None = None  # median over repeats, when status == "ok"
-    spread_s: float | None = None  # (max - min) over repeats, when timed
+    # spread of the repeats, when timed (cognate.stats.timing_spread): interquartile range
+    spread_s: float | None = None
     counters: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    range_s: float | None = None  # max - min of the repeats, when timed
 
 
 ProgressFn = Callable[[Measurement], None]

@@ -1,4 +1,9 @@
-"""Summary statistics of the evaluation: geomeans and a two-level bootstrap CI.
+"""Summary statistics: the spread of repeated timings, and the evaluation's geomeans and
+two-level bootstrap CI.
+
+Every runner reports the spread of its repeated samples through ``timing_spread``, so the
+store's two columns mean one thing each whichever target wrote them: ``spread_s`` the
+interquartile range (the noise a comparison must clear), ``range_s`` max - min.
 
 Each reported cell holds, per seed, the speedups of the same test matrices (the split is
 fixed, docs/architecture.md, Evaluation protocol). A seed's number is the geomean over the test matrices; the cell's number
@@ -11,13 +16,30 @@ statistic, test matrices with replacement. numpy's Generator does the resampling
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 # statistic over arrays of shape (seeds, matrices) -> one number
 Statistic = Callable[..., float]
+
+
+class Spread(NamedTuple):
+    """How far repeated timings of one thing spread, in seconds."""
+
+    iqr_s: float  # interquartile range (inclusive quartiles): the store's spread_s
+    range_s: float  # max - min: the store's range_s
+
+
+def timing_spread(samples: Sequence[float]) -> Spread:
+    """The interquartile range and the range of ``samples`` (0 for fewer than 2)."""
+    if len(samples) < 2:
+        return Spread(0.0, 0.0)
+    q1, _, q3 = statistics.quantiles(samples, n=4, method="inclusive")
+    return Spread(float(q3 - q1), float(max(samples) - min(samples)))
 
 
 def geomean(values: Iterable[float] | np.ndarray) -> float:

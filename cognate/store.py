@@ -14,6 +14,17 @@ it as it is):
   machine's load around a wall-clock timing (NULL where not recorded: simulators, v1 rows);
 - table ``repeats``: second measurements of some records (collect repeats 5% of each
   matrix's configs to report how reproducible the timings are), each linked to its record.
+
+Schema 3 (a v1 or v2 store is migrated in place the same way; every row is kept):
+- ``spread_s`` is the interquartile range of a record's timed samples and ``range_s`` their
+  max - min, both from ``cognate.stats.timing_spread`` whichever runner wrote them. Before,
+  ``spread_s`` held max - min for collect's and most runners' records and the
+  interquartile range for ``tune --verify``'s interleaved ones; the migration moves each
+  old value to the column of its meaning (``_old_spread_meaning``) and leaves the other
+  NULL (it cannot be recomputed without the samples). A simulator's 0 is both.
+- ``isa`` / ``vector_bits``: the vector ISA the measuring host's kernels were built for
+  (cpu: 'avx512' / 'avx2' / 'avx' / 'generic' and 512 / 256 / 128); NULL for other targets
+  and for records made before schema 3.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ from cognate.paths import cognate_home, default_db_path  # noqa: F401 - re-expor
 from cognate.runner import MISMATCH_PREFIX, STATUSES, Measurement
 from cognate.util import atomic_path
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 BUSY_TIMEOUT_MS = 60_000
 
 # Columns every export carries, in this order (later tools read any store through them).
@@ -57,6 +68,7 @@ FRAME_COLUMNS: tuple[str, ...] = (
     "space_version",
     "runtime_s",
     "spread_s",
+    "range_s",
     "status",
     "error",
     "is_baseline",
@@ -69,6 +81,8 @@ FRAME_COLUMNS: tuple[str, ...] = (
     "busy_before",
     "load1_after",
     "busy_after",
+    "isa",
+    "vector_bits",
 )
 _LOAD_COLUMNS = ("load1_before", "busy_before", "load1_after", "busy_after")
 
@@ -130,6 +144,10 @@ CREATE TABLE IF NOT EXISTS repeats (
     time TEXT NOT NULL
 )"""
 
+# Schema 3, applied after schema 2 (to a new store and as the migration of an older one).
+_V3_COLUMNS = (("range_s", "REAL"), ("isa", "TEXT"), ("vector_bits", "INTEGER"))
+_V3_REPEAT_COLUMNS = (("range_s", "REAL"),)
+
 _UPSERT_MATRIX = """
 INSERT INTO matrices (name, source, sha256, rows, cols, nnz) VALUES (?, ?, ?, ?, ?, ?)
 ON CONFLICT (sha256) DO NOTHING
@@ -140,13 +158,15 @@ ON CONFLICT (hash) DO UPDATE SET space_version = excluded.space_version
 """
 _UPSERT_MEASUREMENT = """
 INSERT INTO measurements (matrix_id, target, op, width, config_id, space_version, runtime_s,
-                          spread_s, counters, status, error, is_baseline, host, time,
-                          noisy, load1_before, busy_before, load1_after, busy_after)
-VALUES (?, ?, ?, ?, (SELECT id FROM configs WHERE hash = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?,
-        ?, ?, ?, ?, ?)
+                          spread_s, range_s, counters, status, error, is_baseline, host, time,
+                          noisy, load1_before, busy_before, load1_after, busy_after,
+                          isa, vector_bits)
+VALUES (?, ?, ?, ?, (SELECT id FROM configs WHERE hash = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+        ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (matrix_id, target, op, width, config_id, host) DO UPDATE SET
     space_version = excluded.space_version,
-    runtime_s = excluded.runtime_s, spread_s = excluded.spread_s,
+    runtime_s = excluded.runtime_s, spread_s = excluded.spread_s, range_s = excluded.range_s,
+    isa = excluded.isa, vector_bits = excluded.vector_bits,
     counters = excluded.counters, status = excluded.status, error = excluded.error,
     is_baseline = excluded.is_baseline, time = excluded.time,
     attempts = measurements.attempts + 1, noisy = excluded.noisy,
@@ -154,17 +174,17 @@ ON CONFLICT (matrix_id, target, op, width, config_id, host) DO UPDATE SET
     load1_after = excluded.load1_after, busy_after = excluded.busy_after
 """
 _INSERT_REPEAT = """
-INSERT INTO repeats (measurement_id, runtime_s, spread_s, status, error, noisy,
+INSERT INTO repeats (measurement_id, runtime_s, spread_s, range_s, status, error, noisy,
                      load1_before, busy_before, load1_after, busy_after, time)
-SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM measurements
+SELECT id, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM measurements
 WHERE matrix_id = ? AND target = ? AND op = ? AND width = ? AND host = ?
   AND config_id = (SELECT id FROM configs WHERE hash = ?)
 """
 _FRAME_QUERY = """
 SELECT m.name AS matrix, m.sha256 AS matrix_sha256, m.source, m.rows, m.cols, m.nnz,
        r.target, r.op, r.width, c.json AS config, c.hash AS config_hash, r.space_version,
-       r.runtime_s, r.spread_s, r.status, r.error, r.is_baseline, r.host, r.time, r.counters,
-       {v2_columns}
+       r.runtime_s, r.spread_s, {range_column}, r.status, r.error, r.is_baseline, r.host,
+       r.time, r.counters, {v2_columns}, {isa_columns}
 FROM measurements r
 JOIN matrices m ON m.id = r.matrix_id
 JOIN configs c ON c.id = r.config_id
@@ -173,9 +193,11 @@ JOIN configs c ON c.id = r.config_id
 
 _FRAME_DTYPES = {
     **{c: "int64" for c in ("rows", "cols", "nnz", "width", "attempts")},
-    **{c: "float64" for c in ("runtime_s", "spread_s", *_LOAD_COLUMNS)},
+    **{c: "float64" for c in ("runtime_s", "spread_s", "range_s", *_LOAD_COLUMNS)},
     "is_baseline": "bool",
     "noisy": "boolean",  # NULL where no load was recorded
+    "isa": "object",  # NULL: not a cpu record, or one older than schema 3
+    "vector_bits": "Int64",
 }
 
 
@@ -278,14 +300,17 @@ class Store:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     conn.execute(statement)
                 self._migrate_to_v2()
+                self._migrate_to_v3()
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),),
                 )
             elif version > SCHEMA_VERSION:
                 raise self._too_new(version)
-            elif version < 2:
-                self._migrate_to_v2()
+            elif version < SCHEMA_VERSION:
+                if version < 2:
+                    self._migrate_to_v2()
+                self._migrate_to_v3()
                 conn.execute(
                     "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
                 )
@@ -340,6 +365,33 @@ class Store:
             if name not in have:
                 conn.execute(f"ALTER TABLE measurements ADD COLUMN {name} {kind}")
         conn.execute(_V2_REPEATS)
+
+    def _migrate_to_v3(self) -> None:
+        """v2 -> v3 in the open transaction: ``range_s``, ``isa`` and ``vector_bits``, and
+        each old ``spread_s`` moved to the column of its meaning (the module docstring)."""
+        conn = self._conn
+        for table, columns in (("measurements", _V3_COLUMNS), ("repeats", _V3_REPEAT_COLUMNS)):
+            have = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+            for name, kind in columns:
+                if name not in have:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+        conn.create_function("old_spread_meaning", 2, _old_spread_meaning, deterministic=True)
+        # repeats first: their meaning is their record's (collect's, never a verify's)
+        conn.execute(
+            """UPDATE repeats SET range_s = spread_s, spread_s = CASE
+                   WHEN old_spread_meaning(
+                       (SELECT target FROM measurements r WHERE r.id = measurement_id), '{}'
+                   ) = 'range' THEN NULL ELSE spread_s END
+               WHERE spread_s IS NOT NULL"""
+        )
+        conn.execute(
+            """UPDATE measurements SET
+                   range_s = CASE WHEN old_spread_meaning(target, counters) = 'iqr'
+                                  THEN NULL ELSE spread_s END,
+                   spread_s = CASE WHEN old_spread_meaning(target, counters) = 'range'
+                                   THEN NULL ELSE spread_s END
+               WHERE spread_s IS NOT NULL"""
+        )
 
     def _fold_simulator_hosts(self) -> None:
         """One host-independent copy of each simulator record, the newest kept. Run at every
@@ -433,6 +485,7 @@ class Store:
         host: str | None = None,
         load: tuple[Any, Any] | None = None,
         repeat: bool = False,
+        isa: tuple[str, int] | None = None,
     ) -> int:
         """Store a batch of measurements in one transaction; returns the rows written.
 
@@ -444,7 +497,8 @@ class Store:
         ``space_version`` (the space's YAML version) is kept per record. ``load``: the
         machine's load (timing.Load, or its ``as_dict()``) before and after the batch was
         timed; the records are marked noisy where either was busy. ``repeat``: the batch is
-        a second measurement of stored records, kept in ``repeats`` beside them.
+        a second measurement of stored records, kept in ``repeats`` beside them. ``isa``:
+        (name, vector bits) of the measuring host (``Target.host_isa``), or None.
         """
         if self.readonly:
             raise CognateError(f"{self.path}: opened read-only")
@@ -460,7 +514,7 @@ class Store:
             for m in measurements:
                 self._check(m, target, op)
                 cfg = m.config
-                runtimes = (_finite_or_none(m.runtime_s), _finite_or_none(m.spread_s))
+                runtimes = tuple(map(_finite_or_none, (m.runtime_s, m.spread_s, m.range_s)))
                 if repeat:
                     cursor = conn.execute(
                         _INSERT_REPEAT,
@@ -489,6 +543,7 @@ class Store:
                         host,
                         now,
                         *loads,
+                        *(isa or (None, None)),
                     ),
                 )
                 written += 1
@@ -591,12 +646,17 @@ class Store:
             v2 = ", ".join(f"r.{c}" for c in ("attempts", "noisy", *_LOAD_COLUMNS))
         else:  # a v1 store opened read-only: the columns it lacks, as v1 rows migrate
             v2 = ", ".join(["1 AS attempts"] + [f"NULL AS {c}" for c in ("noisy", *_LOAD_COLUMNS)])
-        query = _FRAME_QUERY.format(v2_columns=v2)
+        v3 = [f"r.{c}" if self.schema >= 3 else f"NULL AS {c}" for c, _ in _V3_COLUMNS]
+        query = _FRAME_QUERY.format(
+            range_column=v3[0], v2_columns=v2, isa_columns=", ".join(v3[1:])
+        )
         query += " WHERE " + " AND ".join(clauses) if clauses else ""
         query += " ORDER BY r.id"
         # One statement = one consistent WAL snapshot, even while a writer commits.
         with self._reading():
             df = pd.read_sql_query(query, self._conn, params=params)
+        if self.schema < 3:  # an older store opened read-only: its spreads as v3 reads them
+            df = upgrade_frame(df.drop(columns=[c for c, _ in _V3_COLUMNS]))
         # Fixed dtypes, so an empty or all-null frame exports with the same schema.
         df = df.astype(_FRAME_DTYPES)
         df["time"] = pd.to_datetime(df["time"], utc=True, format="ISO8601")
@@ -644,6 +704,7 @@ class Store:
         Rows the store already holds (same matrix, target, op, width, config, host) are kept
         as they are: an import never overwrites a local measurement. Returns (added, kept).
         """
+        df = upgrade_frame(df)
         missing = [c for c in _IMPORT_COLUMNS if c not in df.columns]
         if missing:
             raise CognateError(f"import: records lack column(s) {', '.join(missing)}")
@@ -711,11 +772,12 @@ class Store:
         noisy = _none_if_nan(getattr(row, "noisy", None))
         cursor = conn.execute(
             """INSERT INTO measurements (matrix_id, target, op, width, config_id, space_version,
-                   runtime_s, spread_s, counters, status, error, is_baseline, host, time,
-                   attempts, noisy, load1_before, busy_before, load1_after, busy_after)
+                   runtime_s, spread_s, range_s, counters, status, error, is_baseline, host,
+                   time, attempts, noisy, load1_before, busy_before, load1_after, busy_after,
+                   isa, vector_bits)
                VALUES ((SELECT id FROM matrices WHERE sha256 = ?), ?, ?, ?,
-                       (SELECT id FROM configs WHERE hash = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?,
-                       ?, ?, ?, ?, ?, ?)
+                       (SELECT id FROM configs WHERE hash = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
+                       ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (matrix_id, target, op, width, config_id, host) DO NOTHING""",
             (
                 row.matrix_sha256,
@@ -726,6 +788,7 @@ class Store:
                 row.space_version,
                 _finite_or_none(_none_if_nan(row.runtime_s)),
                 _finite_or_none(_none_if_nan(row.spread_s)),
+                _finite_or_none(_none_if_nan(row.range_s)),
                 _none_if_nan(row.counters) or "{}",
                 row.status,
                 _none_if_nan(row.error),
@@ -735,6 +798,8 @@ class Store:
                 int(_none_if_nan(getattr(row, "attempts", None)) or 1),
                 None if noisy is None or noisy is pd.NA else int(bool(noisy)),
                 *(_finite_or_none(_none_if_nan(getattr(row, c, None))) for c in _LOAD_COLUMNS),
+                _none_if_nan(getattr(row, "isa", None)),
+                _int_or_none(getattr(row, "vector_bits", None)),
             ),
         )
         return cursor.lastrowid if cursor.rowcount == 1 else None
@@ -742,7 +807,7 @@ class Store:
 
 @functools.cache
 def _expected_tables(version: int) -> dict[str, tuple[str, ...]]:
-    """table -> columns of a store of schema ``version`` (1 or 2), read off the schema this
+    """table -> columns of a store of schema ``version`` (1 to 3), read off the schema this
     module creates (an in-memory store), so the check can never drift from it."""
     conn = sqlite3.connect(":memory:")
     try:
@@ -752,6 +817,10 @@ def _expected_tables(version: int) -> dict[str, tuple[str, ...]]:
             for name, kind in _V2_COLUMNS:
                 conn.execute(f"ALTER TABLE measurements ADD COLUMN {name} {kind}")
             conn.execute(_V2_REPEATS)
+        if version >= 3:
+            for table, columns in (("measurements", _V3_COLUMNS), ("repeats", _V3_REPEAT_COLUMNS)):
+                for name, kind in columns:
+                    conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         return {t: tuple(row[1] for row in conn.execute(f"PRAGMA table_info({t})")) for t in tables}
     finally:
@@ -761,6 +830,49 @@ def _expected_tables(version: int) -> dict[str, tuple[str, ...]]:
 # What an import needs: the v1 columns (counters may be absent: a dataset may drop them;
 # schema-2 columns are taken where present).
 _IMPORT_COLUMNS = FRAME_COLUMNS[: FRAME_COLUMNS.index("counters")]
+
+
+def _int_or_none(value: Any) -> int | None:
+    value = _none_if_nan(value)
+    return None if value is None else int(value)
+
+
+def _old_spread_meaning(target: Any, counters: Any) -> str:
+    """What a ``spread_s`` written before schema 3 measured: 'both' for a simulator's 0 (no
+    spread at all), 'iqr' for ``tune --verify``'s interleaved timing (``Timed.spread``),
+    else 'range' (max - min: collect's cpu worker, the sequential verify, the gpu runner)."""
+    if isinstance(target, str) and is_simulated(target):
+        return "both"
+    try:
+        verify = json.loads(counters).get("verify") if isinstance(counters, str) else None
+    except (ValueError, AttributeError):
+        verify = None
+    return "iqr" if verify == "interleaved" else "range"
+
+
+def upgrade_frame(df: pd.DataFrame) -> pd.DataFrame:
+    """Records exported before schema 3 (no ``range_s`` column) in schema 3's columns: each
+    old ``spread_s`` in the column of its meaning (``_old_spread_meaning``; the other NULL),
+    ``isa`` and ``vector_bits`` NULL. A frame that has ``range_s`` (or lacks the columns the
+    rule reads: the import's check names them) is returned as it is."""
+    if "range_s" in df.columns or not {"spread_s", "target"} <= set(df.columns):
+        return df
+    df = df.copy()
+    counters = df["counters"] if "counters" in df.columns else pd.Series(None, index=df.index)
+    meaning = pd.Series(
+        [_old_spread_meaning(t, c) for t, c in zip(df["target"], counters, strict=True)],
+        index=df.index,
+        dtype=object,
+    )
+    old = df["spread_s"]
+    df["spread_s"] = old.where(meaning != "range")
+    df.insert(df.columns.get_loc("spread_s") + 1, "range_s", old.where(meaning != "iqr"))
+    at = df.columns.get_loc("busy_after") + 1 if "busy_after" in df.columns else len(df.columns)
+    for offset, (column, empty) in enumerate((("isa", None), ("vector_bits", pd.NA))):
+        if column not in df.columns:
+            dtype = _FRAME_DTYPES[column]
+            df.insert(at + offset, column, pd.Series([empty] * len(df), df.index, dtype))
+    return df
 
 
 def _is_missing(value: Any) -> bool:

@@ -36,6 +36,7 @@ from typing import Any
 
 from cognate.errors import CognateError
 from cognate.lifetime import proc_stat, process_tree
+from cognate.stats import timing_spread
 
 LOCK_ENV = "COGNATE_TIMING_LOCK"  # override the lock file (tests use a private one)
 JOBS_ENV = "COGNATE_JOBS_DIR"
@@ -372,10 +373,12 @@ class Timed:
     @property
     def spread(self) -> float:
         """Interquartile range of the samples: the noise one comparison must clear."""
-        if len(self.samples) < 2:
-            return 0.0
-        q1, _, q3 = statistics.quantiles(self.samples, n=4, method="inclusive")
-        return float(q3 - q1)
+        return timing_spread(self.samples).iqr_s
+
+    @property
+    def range(self) -> float:
+        """max - min of the samples."""
+        return timing_spread(self.samples).range_s
 
 
 def calls_per_sample(fn: Callable[[], Any], min_sample_s: float = MIN_SAMPLE_S) -> int:
@@ -391,6 +394,7 @@ def interleaved(
     rounds: int = ROUNDS,
     min_sample_s: float = MIN_SAMPLE_S,
     lead_in: bool = False,
+    on_round: Callable[[int], None] | None = None,
 ) -> dict[str, Timed]:
     """Time every call once per round, ``rounds`` rounds; the order rotates by one each round
     so no call always runs right after the same neighbour (whose cache footprint it sees).
@@ -398,7 +402,8 @@ def interleaved(
     ``lead_in``: each sample is preceded by as many untimed calls. Under default OpenMP waits
     a runtime's threads spin a while after its last call; torch's bundled runtime is not the
     one MKL and the kernels share, so its spinning threads would take a core from the first
-    calls after it. After the lead-in each call runs as in a user's own loop."""
+    calls after it. After the lead-in each call runs as in a user's own loop. ``on_round``:
+    called with the number of rounds done after each round (a progress line)."""
     names = list(calls)
     numbers = {name: calls_per_sample(calls[name], min_sample_s) for name in names}
     timed = {name: Timed(name) for name in names}
@@ -412,6 +417,8 @@ def interleaved(
             for _ in range(number):
                 fn()
             timed[name].samples.append((time.perf_counter() - start) / number)
+        if on_round is not None:
+            on_round(round_index + 1)
     return timed
 
 
@@ -441,6 +448,7 @@ def blocks(
     block_s: float = BLOCK_S,
     lead_in_s: float = LEAD_IN_S,
     runtime: Callable[[str], str] | None = None,
+    on_round: Callable[[int], None] | None = None,
 ) -> dict[str, Timed]:
     """Per round, each call in turn (the order rotating by one each round): its own calls,
     untimed, for at least ``lead_in_s``, then a timed block of consecutive calls; a sample is
@@ -448,7 +456,8 @@ def blocks(
 
     ``runtime`` (name -> which threading runtime the call uses): the timed lead-in only where
     the previous call's runtime differs (only another runtime's threads can still spin); after
-    a call of the same runtime the lead-in is one block's worth of calls."""
+    a call of the same runtime the lead-in is one block's worth of calls. ``on_round`` as in
+    ``interleaved``."""
     names = list(calls)
     numbers = {name: calls_per_sample(calls[name], block_s) for name in names}
     timed = {name: Timed(name) for name in names}
@@ -470,6 +479,8 @@ def blocks(
             for _ in range(number):
                 fn()
             timed[name].samples.append((time.perf_counter() - start) / number)
+        if on_round is not None:
+            on_round(round_index + 1)
     return timed
 
 

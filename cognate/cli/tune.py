@@ -5,7 +5,6 @@ torch and the model load inside the command, so ``cognate --help`` stays fast.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -318,21 +317,21 @@ def tune(
     loaded = load_matrix(matrix)
     if verify and not no_record:
         _check_store(db)
-    with console.status("measuring") if verify else contextlib.nullcontext():
-        result = tune_api(
-            loaded,
-            target=target,
-            op=op,
-            width=width,
-            top_k=top_k,
-            model=model,
-            verify=verify,
-            candidates=candidates,
-            seed=seed,
-            cover_families=cover_families,
-            threads=threads,
-            announce=None if as_json else say,  # plain lines on stderr: a pipe sees them too
-        )
+    # no spinner while measuring: its count / ETA lines on stderr (a pipe too) say enough
+    result = tune_api(
+        loaded,
+        target=target,
+        op=op,
+        width=width,
+        top_k=top_k,
+        model=model,
+        verify=verify,
+        candidates=candidates,
+        seed=seed,
+        cover_families=cover_families,
+        threads=threads,
+        announce=None if as_json else say,  # plain lines on stderr: a pipe sees them too
+    )
     recorded = _record(result, db, no_record)
     learned = _learn(result, seed) if learn else None
     files = emit_files(result, emit) if emit is not None else []

@@ -37,11 +37,13 @@ def _ray_measure(
     matrix: Matrix,
     configs: list[Config],
     runner_options: dict[str, Any],
-) -> tuple[str, list[Measurement]]:
-    """A Ray task: measure one matrix's batch; the host goes into the store's key."""
+) -> tuple[str, tuple[str, int] | None, list[Measurement]]:
+    """A Ray task: measure one matrix's batch; the host goes into the store's key, and its
+    ISA beside each record."""
     runner = target.runner(**runner_options)
     try:
-        return host_for(target.name), runner.measure(matrix, op, width, configs)
+        measured = runner.measure(matrix, op, width, configs)
+        return host_for(target.name), target.host_isa(), measured
     finally:
         close_runner(runner)
 
@@ -163,7 +165,7 @@ def _take_ray_result(coll: Collection, plan: Plan, ref: Any) -> None:
     import ray
 
     try:
-        host, measurements = ray.get(ref)
+        host, isa, measurements = ray.get(ref)
         check_batch(plan.todo, measurements)
     except Exception as exc:  # noqa: BLE001 - a failed task costs its matrix, reported
         # A RayTaskError carries the worker's traceback; its cause is the one line we want.
@@ -171,5 +173,5 @@ def _take_ray_result(coll: Collection, plan: Plan, ref: Any) -> None:
             plan.path, f"ray task failed: {describe(getattr(exc, 'cause', None) or exc)}", plan
         )
         return
-    coll.write(plan, measurements, host=host)
+    coll.write(plan, measurements, host=host, isa=isa)
     coll.finish(plan)

@@ -121,9 +121,14 @@ class Collection:
         host: str | None = None,
         load: tuple[Load, Load] | None = None,
         repeat: bool = False,
+        isa: tuple[str, int] | None = None,
     ) -> None:
+        """Store one batch; ``host`` and ``isa``: the machine that measured it (a Ray
+        worker's), else this one."""
         if not measurements:
             return
+        if host is None:
+            isa = self.target.host_isa()
         with stop_signals_deferred():
             self.store.record(
                 plan.matrix,
@@ -136,6 +141,7 @@ class Collection:
                 host=host or self.host,
                 load=load,
                 repeat=repeat,
+                isa=isa,
             )
             # Counted inside the deferral, so the summary always matches the store.
             if repeat:

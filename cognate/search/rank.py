@@ -60,7 +60,7 @@ class Candidate:
     runtime_s: float | None = None  # verified: the median over interleaved rounds (cpu)
     error: str | None = None
     family_pick: bool = False  # below the top-k, measured as its kernel family's best-ranked
-    spread_s: float | None = None  # verified on cpu: interquartile range of the rounds
+    spread_s: float | None = None  # verified: interquartile range of the timed samples
     # position in the model's ranking of every scored config (``rank`` numbers the top-k
     # 1..k among themselves once configs that cannot run are skipped); 0: not known
     scored_rank: int = 0
@@ -68,6 +68,7 @@ class Candidate:
     # a target's variant of a ranked config in knobs the model does not rank (cpu: vector
     # width, register tile): it carries that config's rank and score, measurement decides
     variant: bool = False
+    range_s: float | None = None  # verified: max - min of the timed samples
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {

@@ -88,7 +88,7 @@ class TuneResult:
         for candidate in [*self.candidates, self.baseline]:
             m = by_hash[candidate.config.hash]
             candidate.status, candidate.runtime_s, candidate.error = m.status, m.runtime_s, m.error
-            candidate.spread_s = m.spread_s
+            candidate.spread_s, candidate.range_s = m.spread_s, m.range_s
         self.timing, self.load = verification.timing, verification.load
         self.remeasured = list(verification.remeasured)
         self.libraries, self.library_error = verification.libraries, verification.library_error

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -13,7 +14,8 @@ from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel
 from cognate.model.portfolio import ranking_used
 from cognate.model.shipped import resolve_model_path
-from cognate.runner import ProgressFn
+from cognate.progress import Ticker
+from cognate.runner import Measurement, ProgressFn
 from cognate.search.rank import DEFAULT_CANDIDATES, DEFAULT_SEED, rank, runnable_top, same_config
 from cognate.search.result import TuneResult
 from cognate.search.verify import add_variants
@@ -82,8 +84,27 @@ def tune_matrix(
     if verify:  # the target's variants (cpu: vector width) are measured with the picks
         add_variants(result, the_target)
         say(_verify_line(result, the_target))
+        if progress is None and announce is not None:
+            progress = _progress_lines(result, announce)
         verify_result(result, the_target, progress, runner_options, threads)
     return result
+
+
+def _progress_lines(result: TuneResult, announce: Callable[[str], None]) -> ProgressFn:
+    """A line to ``announce`` as configs are measured (count, elapsed, ETA), at most every
+    ``EVERY_S`` seconds and at the end: a pipe sees it move (cpu's interleaved verify also
+    prints a line on stderr per config checked and per round timed)."""
+    measured = len({c.config for c in [*result.candidates, result.baseline]})
+    ticker = Ticker("verify: measured", measured, unit="configs", emit=announce)
+    done = itertools.count(1)
+
+    def report(measurement: Measurement) -> None:
+        count = next(done)
+        if count == 1:  # lines from the first result on: a verify that hands over all its
+            ticker.last = time.monotonic()  # results at the end gets no partial line
+        ticker.update(count)
+
+    return report
 
 
 def _verify_line(result: TuneResult, target: Target) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 
 from cognate.runner import Measurement, ProgressFn
 from cognate.search.result import TuneResult
-from cognate.targets import Target
+from cognate.targets import Target, get_target
 
 
 def verify(
@@ -50,6 +50,7 @@ def add_variants(result: TuneResult, target: Target) -> None:
                 runtime_s=None,
                 error=None,
                 spread_s=None,
+                range_s=None,
                 family_pick=False,
                 portfolio=False,
                 variant=True,
@@ -80,9 +81,12 @@ def record_verified(result: TuneResult, db: str | Path) -> int:
             c.spread_s,
             counters,
             c.error,
+            range_s=c.range_s,
         )
+    isa = get_target(result.target).host_isa()
     with Store(db) as store:
         return store.record(
             result.matrix, result.target, result.op, result.width, list(seen.values()),
             space_version=result.space_version, baseline_hash=result.baseline.config.hash,
+            isa=isa,
         )  # fmt: skip

@@ -112,6 +112,12 @@ class Target:
         """The cores one measurement occupies (what the machine-load check compares with)."""
         return os.cpu_count() or 1
 
+    def host_isa(self) -> tuple[str, int] | None:
+        """The vector ISA this machine's kernels of the target are built for, as the store
+        records it beside each measurement: (name, vector width in bits); None where it
+        does not apply (a simulator, a GPU)."""
+        return None
+
     def verify(
         self,
         matrix: Matrix,

@@ -10,10 +10,9 @@ Each is a cognate cpu kernel of its own schedule:
   the very same packed kernel (its values loaded through the transpose map only when they
   differ from A's); otherwise A^T is packed on its own and runs A's schedule
   (``transpose="reuse"``, the default: no second ranking; when A's layout is over the size
-  limit for A^T, A^T is tuned) or is tuned as its own operand (``transpose="tune"``). Why
-  reuse: on 6 non-symmetric real matrices (1.9k-48k nnz, width 32) the shipped model ranked
-  the same schedule first for A^T as for A in all 6, A^T's kernel ran equally fast (0.99-1.01x)
-  and the ranking of A^T cost 1.8-2.8 s per width (a loaded 2-core machine);
+  limit for A^T, A^T is tuned) or is tuned as its own operand (``transpose="tune"``). Reuse
+  is the default because the shipped model ranks A's schedule first for A^T too and A^T's
+  own ranking costs seconds per width (the measurement: docs/torch.md, "A^T");
 - the SDDMM of A's pattern (unit values; A's values multiply outside, in torch, so one
   kernel serves the forward of ``sddmm`` and the values' gradient of ``spmm``).
 

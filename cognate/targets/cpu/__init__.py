@@ -92,6 +92,13 @@ class CpuTarget(Target):
         described = json.dumps({**info, "runtime_args": args}, indent=2) + "\n"
         return [(".c", header + source), (".json", described)]
 
+    def host_isa(self) -> tuple[str, int] | None:
+        """The ISA the kernels are compiled for here (isa.py): e.g. ("avx512", 512)."""
+        from cognate.targets.cpu.isa import host_isa
+
+        isa = host_isa()
+        return isa.name, isa.vector_bits
+
     def variants(
         self, op: str, width: int, configs: Sequence[Config]
     ) -> list[tuple[Config, Config]]:

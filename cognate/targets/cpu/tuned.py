@@ -3,7 +3,8 @@
 A is packed and the kernel compiled once per dense width; each call reads the caller's dense
 operands in place and writes into ``out`` (or one fresh array). numpy arrays and torch CPU
 tensors are both accepted, so the kernel drops into a PyTorch layer. Copying B in and C out
-on each call used to cost more than the SpMM itself on matrices under ~100k nnz (docs/architecture.md, Facts measured here).
+on each call would cost more than the SpMM itself on matrices under ~100k nnz
+(docs/architecture.md, Facts measured here).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ compare with the reference (a wrong kernel never gets a timing), then time it: w
 runs, then ``repeats`` runs, each between its own pair of CUDA events with the L2 cache
 flushed before it (as triton.testing.do_bench does; written out here because do_bench
 picks its repeat count from a time budget and ``cognate collect --repeats`` asks for a
-count), and report the median (spread = max - min). A config whose single run exceeds
+count), and report the median with the interquartile range and max - min of the runs
+(``cognate.stats.timing_spread``). A config whose single run exceeds
 ``timeout_s`` gets status ``timeout``.
 
 ``device="cpu"`` exists for tests only: it needs ``TRITON_INTERPRET=1``, runs the kernels
@@ -30,6 +31,7 @@ from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.runner import ERROR_CHARS, Measurement, Runner
+from cognate.stats import Spread, timing_spread
 from cognate.targets.gpu.kernels import load_kernels
 from cognate.targets.gpu.problem import Problem, make_problem
 from cognate.targets.gpu.space import GpuSpace
@@ -158,7 +160,12 @@ class GpuRunner(Runner):
             median, spread = self._time(fn)
         except Exception as exc:  # noqa: BLE001 - a library failure must not stop the batch
             return {"library": name, "library_error": describe(exc, ERROR_CHARS)}
-        return {"library": name, "library_s": median, "library_spread_s": spread}
+        return {
+            "library": name,
+            "library_s": median,
+            "library_spread_s": spread.iqr_s,
+            "library_range_s": spread.range_s,
+        }
 
     def _library_fn(self, batch: _Batch) -> Callable[[], Any]:
         torch, a = self.torch, batch.a
@@ -201,7 +208,9 @@ class GpuRunner(Runner):
         except Exception as exc:  # noqa: BLE001 - a runner never raises for a bad candidate
             message = describe(exc, ERROR_CHARS)
             return Measurement(config, _status_of_failure(message), error=message)
-        return Measurement(config, "ok", runtime_s=median, spread_s=spread)
+        return Measurement(
+            config, "ok", runtime_s=median, spread_s=spread.iqr_s, range_s=spread.range_s
+        )
 
     def _bind(self, batch: _Batch, knobs: dict[str, Any]) -> tuple[Callable[[], None], Any]:
         """A no-argument callable running the config, and the output it writes."""
@@ -244,11 +253,11 @@ class GpuRunner(Runner):
         torch.cuda.synchronize()
         return start.elapsed_time(end) / 1e3
 
-    def _time(self, fn: Callable[[], Any]) -> tuple[float, float]:
-        """(median, max - min) in seconds over ``repeats`` runs after ``warmups``."""
+    def _time(self, fn: Callable[[], Any]) -> tuple[float, Spread]:
+        """(median, spread) in seconds over ``repeats`` runs after ``warmups``."""
         if self.device != "cuda":
             times = [self._time_once(fn) for _ in range(self.repeats)]
-            return statistics.median(times), max(times) - min(times)
+            return statistics.median(times), timing_spread(times)
         torch = self.torch
         if self._flush is None:
             # 256 MiB: larger than any current GPU's L2 (H100/H200: 50-60 MB), as do_bench
@@ -265,7 +274,7 @@ class GpuRunner(Runner):
             pairs.append((start, end))
         torch.cuda.synchronize()
         times = [start.elapsed_time(end) / 1e3 for start, end in pairs]
-        return statistics.median(times), max(times) - min(times)
+        return statistics.median(times), timing_spread(times)
 
 
 def _status_of_failure(message: str) -> str:

@@ -17,7 +17,7 @@ class SpadeRunner(Runner):
     """Simulate each config on the SPADE-like machine; a failure is a record, never a raise.
 
     The simulator is deterministic, so one run per config is the measurement and
-    ``spread_s`` is 0. Tilings are shared between configs with the same (rp, cp).
+    ``spread_s`` and ``range_s`` are 0. Tilings are shared between configs with the same (rp, cp).
     """
 
     target = "spade"
@@ -60,7 +60,12 @@ class SpadeRunner(Runner):
         except (CognateError, MemoryError, ValueError) as exc:
             return Measurement(config, "error", error=" ".join(str(exc).split()))
         return Measurement(
-            config, "ok", runtime_s=sim.seconds, spread_s=0.0, counters=_counters(sim, self.machine)
+            config,
+            "ok",
+            runtime_s=sim.seconds,
+            spread_s=0.0,
+            range_s=0.0,
+            counters=_counters(sim, self.machine),
         )
 
 

@@ -39,6 +39,16 @@ TIMEOUT_S = 10.0  # a config whose checked run takes longer is not timed (status
 # --- the tune --verify job (run in its own process) -------------------------------------------
 
 
+def _ticker(job: dict[str, Any], what: str, total: int) -> Callable[[int], None]:
+    """``done -> None``: with the job's ``progress`` set, one line on stderr per step (count,
+    elapsed, ETA: ``cognate.progress.Ticker``), readable on a pipe; else nothing."""
+    if not job.get("progress"):
+        return lambda done: None
+    from cognate.progress import Ticker
+
+    return Ticker(what, total, every=0.0).update
+
+
 def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
     """Pack, compile and check every config and library reference: the calls that may be
     timed, and the outcome so far (statuses, errors, the library inspection times)."""
@@ -55,7 +65,9 @@ def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[st
     ref, tol = reference(matrix.csr, op, operands)
     calls: dict[str, Callable[[], Any]] = {}
     outcome: dict[str, Any] = {"configs": {}, "library": {}, "library_missing": {}}
-    for entry in job["configs"]:
+    tick = _ticker(job, "verify: compiled and checked", len(job["configs"]))
+    for done, entry in enumerate(job["configs"]):
+        tick(done)  # the count so far, as the next config starts
         key, knobs = entry["key"], entry["knobs"]
         try:
             call = families.prepare(source, op, knobs, operands)
@@ -78,6 +90,7 @@ def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[st
             continue
         outcome["configs"][key] = {"status": "ok"}
         calls[key] = call.argv_call()  # as TunedKernel calls it for the user
+    tick(len(job["configs"]))
     if job.get("library", True):
         found, missing = library_calls(matrix.csr, op, operands, job.get("threads"))
         outcome["library_missing"] = missing
@@ -138,10 +151,11 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
         outcome["load"] = {**load.as_dict(), "line": load.line(), "omp_wait_policy": policy}
         outcome["load"]["isa"] = host_isa().line()
         rounds, sample_s = job.get("rounds", ROUNDS), job.get("min_sample_s", MIN_SAMPLE_S)
+        on_round = _ticker(job, f"verify: timing {len(calls)} calls, rounds", rounds)
         if lead_in:  # spinning waits: blocks, 0.25 s alone after another runtime's calls
-            timed = blocks(calls, rounds, sample_s, LEAD_IN_S, runtime=_runtime)
+            timed = blocks(calls, rounds, sample_s, LEAD_IN_S, _runtime, on_round)
         else:
-            timed = interleaved(calls, rounds, sample_s, lead_in)
+            timed = interleaved(calls, rounds, sample_s, lead_in, on_round)
         remeasured: list[str] = []
         if len(configs) >= 2:
             first, second = leaders(timed, configs)
@@ -156,7 +170,8 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 remeasured = [first, second]
     outcome["remeasured"] = remeasured
     for name, t in timed.items():
-        entry = {"runtime_s": t.median, "spread_s": t.spread, "rounds": len(t.samples)}
+        entry = {"runtime_s": t.median, "spread_s": t.spread, "range_s": t.range}
+        entry["rounds"] = len(t.samples)
         if name.startswith("lib:"):
             outcome["library"][name[4:]].update(entry)
         else:

@@ -2,9 +2,9 @@
 
 Per config: generate and compile the kernel (here, in the driver process), then in a
 worker process (worker.py) pack A, run once, compare with scipy (a mismatch is an
-``error``, never a timing), warm up and take the median of repeated samples (spread = max - min). The
-worker is a separate process so a kernel that crashes or
-hangs costs one record: the worker is killed or found dead and a fresh one starts for the
+``error``, never a timing), warm up and take the median of repeated samples (with their interquartile range and
+max - min, ``cognate.stats.timing_spread``). The worker is a separate process so a kernel
+that crashes or hangs costs one record: the worker is killed or found dead and a fresh one starts for the
 next config.
 """
 
@@ -224,6 +224,6 @@ class CpuRunner(Runner):
         reply = worker.receive(3 * planned_s + self.timeout_s + 5.0, "timing")
         if reply[0] == "error":
             return Measurement(config, "error", counters=counters, error=reply[1])
-        _, runtime_s, spread_s, timing = reply
+        _, runtime_s, spread_s, range_s, timing = reply
         counters.update(timing)
-        return Measurement(config, "ok", runtime_s=runtime_s, spread_s=spread_s, counters=counters)
+        return Measurement(config, "ok", runtime_s, spread_s, counters, range_s=range_s)

@@ -28,12 +28,14 @@ def interleaved_verify(
     threads: int | None = None,
     library: bool = True,
     timeout_s: float = 1800.0,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """Check and time ``configs`` (and the library references) in interleaved rounds in
     one fresh process; its outcome as a dict.
 
     Its own process: a crashing kernel cannot take the caller down, and the OpenMP / MKL / torch
     thread counts are set before any runtime starts. Raises CognateError when it fails.
+    ``progress``: the process writes a line on stderr per config checked and per round timed.
     """
     from cognate.targets.cpu.measure.interleave import save_job_matrix
 
@@ -45,6 +47,7 @@ def interleaved_verify(
             "width": int(width),
             "threads": threads,
             "library": library,
+            "progress": progress,
             "configs": [{"key": c.hash, "knobs": dict(c.knobs)} for c in configs],
         }
         save_job_matrix(matrix, Path(job["npz"]))
@@ -55,8 +58,8 @@ def interleaved_verify(
             "cognate.targets.cpu.measure.interleave",
             str(Path(tmp) / "job.json"),
         ]
-        # stderr passes through: the job's only lines there are "waiting for the timing
-        # lock" ones (its failures come back in the outcome file, as one line).
+        # stderr passes through: the job's lines there are "waiting for the timing lock" and,
+        # with ``progress``, its progress (its failures come back in the outcome file).
         try:
             done = subprocess.run(
                 cmd, stdout=subprocess.DEVNULL, timeout=timeout_s, env=_thread_env(threads)
@@ -98,7 +101,9 @@ def verify(
     """Interleaved rounds of the configs and the library references in one process; if that
     process fails, the configs one by one with the isolated cpu runner (no library)."""
     try:
-        outcome = interleaved_verify(matrix, op, width, configs, threads)
+        outcome = interleaved_verify(
+            matrix, op, width, configs, threads, progress=progress is not None
+        )
     except CognateError as exc:
         return _sequential(
             target, matrix, op, width, configs, progress, runner_options, threads, exc
@@ -112,7 +117,7 @@ def verify(
         counters["remeasured"] = config.hash in found.remeasured
         m = Measurement(
             config, got["status"], got.get("runtime_s"), got.get("spread_s"), counters,
-            got.get("error"),
+            got.get("error"), range_s=got.get("range_s"),
         )  # fmt: skip
         found.measurements.append(m)
         if progress is not None:

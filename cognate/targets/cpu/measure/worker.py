@@ -11,7 +11,8 @@ multiprocessing Connection. Requests are plain tuples and dicts:
   configs absorb in their index maps
 - ``("run", job)`` -> ``("too_large", why)`` | ``("packed", counters)`` then
   ``("error", why)`` | ``("checked", first_run_s, planned_s)`` then
-  ``("timed", median_s, spread_s, counters)``; any failure -> ``("error", why)``
+  ``("timed", median_s, spread_s, range_s, counters)`` (``cognate.stats.timing_spread``);
+  any failure -> ``("error", why)``
 - ``("stop",)``
 """
 
@@ -31,6 +32,7 @@ import scipy.sparse as sp
 from cognate import util
 from cognate.lifetime import die_with_parent
 from cognate.runner import ERROR_CHARS
+from cognate.stats import timing_spread
 from cognate.targets.cpu import families
 from cognate.targets.cpu.measure.check import OPERAND_SEED, dense_operands, mismatch, reference
 
@@ -98,7 +100,8 @@ def _run_job(conn: Connection, state: _MatrixState, job: dict[str, Any]) -> None
             call()
         samples.append((time.perf_counter() - start) / number)
     counters.update(first_run_s=first_s, warmup=warmup, repeats=repeats, number=number)
-    conn.send(("timed", statistics.median(samples), max(samples) - min(samples), counters))
+    spread = timing_spread(samples)
+    conn.send(("timed", statistics.median(samples), spread.iqr_s, spread.range_s, counters))
 
 
 def serve(conn: Connection) -> None:
