@@ -119,7 +119,7 @@ def test_real_matrix_points_keep_every_nonzero(suitesparse_files) -> None:
 
 ME_REASON = (
     "MinkowskiEngine NOT importable, backend equality UNTESTED "
-    f"(run scripts/install_minkowski.sh): {sparseconv.minkowski_error()}"
+    f"(set it up with 'COGNATE_MINKOWSKI=1 bash scripts/setup.sh'): {sparseconv.minkowski_error()}"
 )
 needs_minkowski = pytest.mark.skipif(sparseconv.minkowski() is None, reason=ME_REASON)
 

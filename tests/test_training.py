@@ -1,4 +1,5 @@
-"""The cost model: encodings, ranking loss, training on real simulated runtimes, checkpoints.
+"""Training the ranking network: encodings, ranking loss, training on real simulated runtimes,
+checkpoints, the pretrain command.
 
 Runtimes come from the spade simulator (deterministic, real measurements of a modelled
 machine) on the small real SuiteSparse matrices of ../shared.
