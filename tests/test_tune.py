@@ -255,6 +255,35 @@ def test_cpu_verify_measures_and_emits_compilable_c(cpu_model, tuned, tmp_path, 
     assert stored["is_baseline"].sum() == 1 and set(stored["width"]) == {WIDTH}
 
 
+def test_cpu_verify_shows_progress_on_a_pipe_and_records_the_isa(
+    cpu_model, tuned, tmp_path, capfd
+) -> None:
+    """Without --json, measuring prints a line per config checked and per round timed (count,
+    elapsed, ETA), on a pipe too; the collector's and verify's cpu records carry the host's
+    ISA and both spreads."""
+    from cognate.targets.cpu.isa import host_isa
+
+    db = tmp_path / "kept.sqlite"
+    args = ["tune", str(tuned), "--target", "cpu", "--width", str(WIDTH), "--model"]
+    args += [str(cpu_model), "--top-k", "2", "--verify", "--db", str(db), "--threads", "2"]
+    with pytest.raises(SystemExit) as exit_info:
+        cli_run(args)
+    err = capfd.readouterr().err
+    assert int(exit_info.value.code or 0) == 0, err
+    checked = re.findall(r"^verify: compiled and checked: (\d+)/(\d+) ", err, re.M)
+    rounds = re.findall(r"^verify: timing \d+ calls, rounds: (\d+)/(\d+) ", err, re.M)
+    total = int(checked[0][1])
+    assert [int(done) for done, _ in checked] == list(range(total + 1))
+    assert [int(done) for done, _ in rounds] == list(range(1, int(rounds[0][1]) + 1))
+    assert "ETA" in err
+    isa = host_isa()
+    collected = Store(cpu_model.parent / "r.db").frame(status="ok")
+    for stored in (Store(db).frame(status="ok"), collected):
+        assert set(stored["isa"]) == {isa.name}
+        assert set(stored["vector_bits"]) == {isa.vector_bits}
+        assert (stored["range_s"] >= stored["spread_s"]).all()
+
+
 def test_verify_without_mkl_keeps_torch_and_the_measurements(
     cpu_model, tuned, tmp_path, monkeypatch, capsys
 ) -> None:
