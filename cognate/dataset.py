@@ -487,7 +487,9 @@ def _no_constant(name: str) -> Any:
 def _is_flag(value: Any) -> bool:
     if isinstance(value, (bool, np.bool_)):
         return True
-    return isinstance(value, (int, np.integer)) and value in (0, 1)
+    # A flag column with missing values reaches pandas as float64 (0.0 / 1.0 / NaN): the
+    # published repeat_noisy column is one.
+    return isinstance(value, (int, np.integer, float, np.floating)) and value in (0, 1)
 
 
 def _is_isa_name(value: Any) -> bool:

@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
 from cognate import store as store_module
+from cognate.cli import main
 from cognate.stats import timing_spread
 from cognate.store import SCHEMA_VERSION, Store
 from cognate.timing import Timed
@@ -161,3 +163,17 @@ def test_published_records_are_schema_3(name: str) -> None:
     frame = pd.read_parquet(RECORDS / f"{name}.parquet")
     assert {"spread_s", "range_s", "isa", "vector_bits"} <= set(frame.columns)
     assert frame["range_s"].notna().any()
+
+
+def test_published_cpu_records_with_repeats_import_through_the_cli(tmp_path: Path) -> None:
+    # A flag column with gaps reaches pandas as float64: repeat_noisy 0.0 is a flag, not junk.
+    frame = pd.read_parquet(RECORDS / "cpu-spmm.parquet")
+    with_repeats = frame[frame["repeat_noisy"].notna()].head(200)
+    assert with_repeats["repeat_noisy"].dtype == "float64" and len(with_repeats) == 200
+    part = tmp_path / "records"
+    part.mkdir()
+    with_repeats.to_parquet(part / "cpu-spmm.parquet")
+    result = CliRunner().invoke(main, ["data", "import", str(part), "--db", str(tmp_path / "s.db")])
+    assert result.exit_code == 0, result.output
+    with Store(tmp_path / "s.db") as store:
+        assert len(store.frame()) == 200
