@@ -38,19 +38,11 @@ def _make_runner(**options: Any) -> Runner:
 class CpuTarget(Target):
     def runnable(self, matrix: Matrix, op: str, width: int) -> Callable[[Config], bool]:
         """A layout may exceed the size limit (20 x nnz, as WACO refuses): it depends on
-        where the nonzeros fall, so it is checked by packing."""
-        from cognate.targets.cpu import families
+        where the nonzeros fall, so it is decided from the matrix's row and column
+        statistics without packing (fits.py); the pack happens once, when a config runs."""
+        from cognate.targets.cpu.fits import size_check
 
-        source = families.pack_source(matrix)
-
-        def fits(config: Config) -> bool:
-            try:
-                families.pack(source, op, config.knobs, width)
-            except families.TooLarge:
-                return False
-            return True
-
-        return fits
+        return size_check(matrix, op, width)
 
     def timing_threads(self) -> int:
         from cognate.targets.cpu.measure.runner import omp_threads
