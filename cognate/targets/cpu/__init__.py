@@ -110,8 +110,7 @@ TARGET = CpuTarget(
     exclusive=True,
     max_width=MAX_WIDTH,
     has_library=True,
-    # tune checks that its top picks can run by packing each one (an array per row;
-    # measured on a 10^7-nnz powerlaw graph: 32-99 bytes per nonzero per pack, the whole
-    # rank-only tune 1.5 GB over the loaded CSR, the sketch featurizer's ~1.1 GB included)
-    rank_cost=Cost(128, 16, 160),
+    # tune decides whether its top picks fit from row / column statistics (fits.py: 8 bytes
+    # per column and bounded chunks, no pack), so ranking costs what any target's does
+    rank_cost=Cost(48, 24, 64),
 )

@@ -186,32 +186,37 @@ class SizeCheck:
     # --- the template families ---------------------------------------------------------------
 
     def _params(self, knobs: Mapping[str, Any]) -> dict[str, int]:
-        kernel = families.module_of(families.family_of(knobs)).kernel_of(
-            self.op, knobs, self.width
-        )
+        kernel = families.module_of(families.family_of(knobs)).kernel_of(self.op, knobs, self.width)
         return dict(kernel.params)
 
     def _check_dia(self, knobs: Mapping[str, Any]) -> None:
         rtile = self._params(knobs)["rtile"]
         csr = self.structured
         rows, cols = csr.shape
-        max_diagonals = self.limit // (-(-rows // rtile) * rtile + 1)
+        per_diagonal = -(-rows // rtile) * rtile + 1  # values padded to whole tiles + offset
+        max_diagonals = self.limit // per_diagonal
         if min(cols, csr.nnz) <= max_diagonals:
             return
         want = DIA_SAMPLE_PER_DIAGONAL * max_diagonals + 64
         if csr.nnz > want:  # a strided sample's distinct diagonals bound the count from below
             sample = np.linspace(0, csr.nnz - 1, want).astype(np.int64)
             row = np.searchsorted(csr.indptr, sample, side="right") - 1
-            if np.unique(_offsets(csr.indices[sample], row, cols)).size > max_diagonals:
-                self._need(max_diagonals + 1, "DIA's diagonals")
-        present = np.zeros(cols, dtype=bool)
-        for lo_row, hi_row in _row_chunks(csr.indptr, 1):
-            lo, hi = int(csr.indptr[lo_row]), int(csr.indptr[hi_row])
-            row = _rows_of(csr.indptr, lo_row, hi_row)
-            present[_offsets(csr.indices[lo:hi], row, cols)] = True
-        ndiag = int(present.sum())
-        if ndiag > max_diagonals:
-            self._need(ndiag * (-(-rows // rtile) * rtile + 1), "DIA's diagonals")
+            found = np.unique(_offsets(csr.indices[sample], row, cols)).size
+            self._need(found * per_diagonal, f"DIA's {found}+ diagonals")
+        ndiag = self._diagonals()
+        self._need(ndiag * per_diagonal, f"DIA's {ndiag} diagonals")
+
+    def _diagonals(self) -> int:
+        """S's distinct wrapped diagonals (one chunked pass, cached)."""
+        if "diagonals" not in self._exact:
+            csr = self.structured
+            present = np.zeros(csr.shape[1], dtype=bool)
+            for lo_row, hi_row in _row_chunks(csr.indptr, 1):
+                lo, hi = int(csr.indptr[lo_row]), int(csr.indptr[hi_row])
+                row = _rows_of(csr.indptr, lo_row, hi_row)
+                present[_offsets(csr.indices[lo:hi], row, csr.shape[1])] = True
+            self._exact["diagonals"] = int(present.sum())
+        return self._exact["diagonals"]
 
     def _check_bcsr(self, knobs: Mapping[str, Any]) -> bool:
         params = self._params(knobs)
@@ -265,9 +270,11 @@ def _distinct_of(counts: np.ndarray, parts: tuple[str, ...], split: int) -> int:
     if not parts:
         return 1
     used = np.flatnonzero(counts)
-    if parts == ("0", "1"):
+    if parts == ("0", "1") or used.size == 0:
         return int(used.size)
-    return int(np.unique(used // split if parts == ("1",) else used % split).size)
+    if parts == ("1",):  # ``used`` is sorted: count the changes of used // split
+        return int(np.count_nonzero(np.diff(used // split))) + 1
+    return int(np.count_nonzero(np.bincount(used % split, minlength=split)))
 
 
 def _offsets(col: np.ndarray, row: np.ndarray, cols: int) -> np.ndarray:
