@@ -34,6 +34,15 @@ def _make_runner(**options: Any) -> Runner:
     return CpuRunner(**options)
 
 
+def measure_cost(width: int) -> Cost:
+    """Memory of measuring configs (``tune --verify``, ``collect``): the caller's CSR and the
+    measuring process's copy (12 bytes per nonzero each), one config packed at a time (the
+    csr family's pack peaks at 78 bytes per nonzero, measured on a 10^7-nnz powerlaw graph;
+    panel 90, reordered 23), B and one output at ``width`` floats per column / row, and
+    the reference of a sample of rows where the whole one does not fit (measure/check.py)."""
+    return Cost(24 + 4 * width, 16 + 4 * width, 12 + 12 + 78)
+
+
 @dataclass(frozen=True)
 class CpuTarget(Target):
     def runnable(self, matrix: Matrix, op: str, width: int) -> Callable[[Config], bool]:
@@ -113,4 +122,5 @@ TARGET = CpuTarget(
     # tune decides whether its top picks fit from row / column statistics (fits.py: 8 bytes
     # per column and bounded chunks, no pack), so ranking costs what any target's does
     rank_cost=Cost(48, 24, 64),
+    measure_cost=measure_cost,
 )
