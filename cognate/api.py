@@ -24,7 +24,7 @@ def as_matrix(matrix: str | Path | Matrix | sp.spmatrix | sp.sparray) -> Matrix:
     if isinstance(matrix, Matrix):
         return matrix
     if isinstance(matrix, str | Path):
-        from cognate.io import load_matrix
+        from cognate.formats.read import load_matrix
 
         return load_matrix(matrix)
     if sp.issparse(matrix):

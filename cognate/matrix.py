@@ -1,7 +1,7 @@
 """The in-memory matrix every part of cognate works on.
 
 Canonical form: CSR, sorted and de-duplicated int32 column indices, float32 values,
-explicitly stored zeros kept. Readers for every file format live in cognate.io.
+explicitly stored zeros kept. Readers for every file format live in cognate.formats.
 
 A permuted structured matrix (docs/architecture.md, Structured sparsity: y = S(P x)) carries its permutations as
 index maps: ``A[row_perm[i], col_perm[j]] = S[i, j]`` where ``csr`` is the logical matrix

@@ -112,7 +112,7 @@ def _configs_the_space_takes(frame: pd.DataFrame, space: Space) -> pd.DataFrame:
 def load_record_matrix(row: pd.Series) -> Matrix:
     """Re-load a record's matrix from its source file and check it is the one measured."""
     from cognate.dataset import record_matrix_file  # portable sources; regenerates corpus
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
 
     source = record_matrix_file(str(row["source"]), str(row["matrix_sha256"]))
     if not source or not Path(source).is_file():

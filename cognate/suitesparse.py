@@ -4,7 +4,7 @@ The index and its search are ssgetpy's (its CSV loader ``csvindex.gen_rows`` and
 SQLite index ``db.MatrixDB``), fed from ``<base>/files/ssstats.csv`` of whichever
 collection or mirror is in use. Downloads are cognate's own streaming code (see
 ``download``). The cached artifact is ``$COGNATE_HOME/suitesparse/<group>/<name>.tar.gz``,
-read through ``cognate.io.load_matrix``.
+read through ``cognate.formats.read.load_matrix``.
 """
 
 from __future__ import annotations
@@ -599,7 +599,7 @@ def fetch(
 def _verify(entry: IndexEntry, url: str, path: Path) -> None:
     """The collection publishes no checksums: loading the file and matching the index's shape
     is the content check (on top of the size check against Content-Length)."""
-    from cognate.io import load_matrix  # io imports scipy and friends: only when needed
+    from cognate.formats.read import load_matrix  # io imports scipy and friends: only when needed
 
     try:
         shape = load_matrix(path).shape

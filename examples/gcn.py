@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.torch.gnn import BACKENDS, GCN, community_labels, normalized_adjacency, propagation
 from cognate.torch.ops import spmm
 

@@ -31,7 +31,7 @@ import scipy.sparse as sp
 import torch
 
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.torch.gnn import community_labels
 
 

@@ -32,7 +32,7 @@ import torch
 
 from cognate.build import compile_c, load_library
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
 from cognate.paths import shared_dir
 from cognate.targets.cpu.measure import library

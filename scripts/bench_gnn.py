@@ -54,7 +54,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from cognate import synth  # noqa: E402
-from cognate.io import load_matrix  # noqa: E402
+from cognate.formats.read import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
 from cognate.stats import geomean  # noqa: E402

@@ -24,7 +24,7 @@ early_threads(sys.argv)  # --threads N reaches OpenMP before any runtime loads
 
 from cognate.build import compile_c  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
-from cognate.io import load_matrix  # noqa: E402
+from cognate.formats.read import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
 from cognate.stats import geomean  # noqa: E402

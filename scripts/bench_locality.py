@@ -45,7 +45,7 @@ early_threads(sys.argv)  # --threads N before any OpenMP runtime loads; waits le
 import numpy as np  # noqa: E402
 
 from cognate.errors import CognateError  # noqa: E402
-from cognate.io import load_matrix  # noqa: E402
+from cognate.formats.read import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
 from cognate.stats import geomean  # noqa: E402

@@ -53,7 +53,7 @@ import scipy.sparse as sp  # noqa: E402
 import torch  # noqa: E402
 
 from cognate import synth  # noqa: E402
-from cognate.io import load_matrix  # noqa: E402
+from cognate.formats.read import load_matrix  # noqa: E402
 from cognate.matrix import Matrix, canonicalize  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
@@ -121,7 +121,7 @@ def model_data(name: str) -> str:
     """Which data of the shipped cpu SpMM model the matrix was (train / validation /
     held-out, from its provenance file), else "unseen"."""
     if "loaded" not in _SPLIT:
-        from cognate.model.cost_model import resolve_model_path
+        from cognate.model.shipped import resolve_model_path
 
         path = resolve_model_path(None, "cpu", "spmm").with_suffix(".provenance.json")
         found = json.loads(path.read_text())["matrices"] if path.is_file() else {}

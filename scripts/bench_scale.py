@@ -74,14 +74,14 @@ def current_rss_mb() -> float:
 
 
 def run_step(step: str, path: Path, width: int, rounds: int) -> dict:
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
 
     start = time.perf_counter()
     matrix = load_matrix(path)
     out: dict = {"load_s": time.perf_counter() - start, "loaded_mb": current_rss_mb()}
     start = time.perf_counter()
     if step == "info":
-        from cognate.io import matrix_stats
+        from cognate.matrix_stats import matrix_stats
 
         matrix_stats(matrix)
     elif step == "rank":

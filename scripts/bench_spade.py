@@ -28,7 +28,7 @@ from pathlib import Path
 
 import scipy.sparse as sp
 
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
 from cognate.paths import REPO_ROOT, shared_dir
 from cognate.stats import geomean

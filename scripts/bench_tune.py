@@ -36,10 +36,12 @@ def random_matrix(rows: int, nnz: int, seed: int):
 
 def load(model: Path | None, preset: str, space):
     from cognate.errors import CognateError
-    from cognate.model.cost_model import CostModel, LearnedModel, shipped_model_path
+    from cognate.model.cost_model import CostModel
     from cognate.model.encoding import make_encoder
+    from cognate.model.learned import LearnedModel
     from cognate.model.predictor import RankingNetwork
     from cognate.model.preset import load_preset
+    from cognate.model.shipped import shipped_model_path
 
     path = model or shipped_model_path("cpu", space.op)
     why = "no model file"

@@ -60,7 +60,7 @@ import numpy as np  # noqa: E402
 
 import cognate  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
-from cognate.io import load_matrix  # noqa: E402
+from cognate.formats.read import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
@@ -247,7 +247,7 @@ def model_data(name: str, op: str = "spmm") -> str:
     held-out, from its provenance file), else ``unseen``: only held-out and unseen matrices
     are out-of-sample for the model's ranking."""
     if op not in _SPLITS:
-        from cognate.model.cost_model import resolve_model_path
+        from cognate.model.shipped import resolve_model_path
 
         path = resolve_model_path(None, "cpu", op).with_suffix(".provenance.json")
         found = json.loads(path.read_text())["matrices"] if path.is_file() else {}

@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from cognate.config import Config
-from cognate.io import expand_matrix_paths, load_matrix
+from cognate.formats.files import expand_matrix_paths
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel
 from cognate.model.fixed_set import greedy_fixed_set

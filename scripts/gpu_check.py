@@ -30,7 +30,7 @@ CHUNK = 36  # configs per measure() call: the budget is checked between chunks
 def load(path: Path) -> Matrix:
     """cognate's reader; scipy's where fast_matrix_market is missing (a bare GPU image)."""
     try:
-        from cognate.io import load_matrix
+        from cognate.formats.read import load_matrix
     except ImportError:
         return _load_without_cognate_io(path)
     return load_matrix(path)

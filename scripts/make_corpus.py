@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from cognate.errors import CognateError
-from cognate.io import save_matrix
+from cognate.formats.write import save_matrix
 from cognate.synth.corpus import (
     BASE_RECIPES,
     EXTRA_RECIPES,

@@ -15,7 +15,7 @@ import argparse
 import math
 from pathlib import Path
 
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.targets.spade.simulator import Schedule, load_machine, simulate, tile
 from cognate.targets.spade.space import SpadeSpace
 

@@ -53,7 +53,7 @@ def sample_matrices(count: int, low: int, high: int) -> list[str]:
 
 def audit_one(relative: str) -> list[dict]:
     """Every extended config at every width on one matrix (one process)."""
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
     from cognate.paths import shared_dir
     from cognate.targets.spade.simulator import Schedule, load_machine, simulate, tile
 

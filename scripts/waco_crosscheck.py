@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from scipy.stats import spearmanr
 
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.paths import shared_dir
 from cognate.targets.cpu.measure.runner import CpuRunner
 from cognate.targets.cpu.waco import WACO_WIDTH, peer_files, read_peer_file

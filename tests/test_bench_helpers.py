@@ -144,7 +144,7 @@ def test_compare_baselines_ranks_only_the_portfolio(shared) -> None:
     import numpy as np
 
     from cognate.config import Config
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
     from cognate.records import MatrixRuns
 
     spec = importlib.util.spec_from_file_location("compare", SCRIPTS / "compare_baselines.py")
@@ -164,7 +164,7 @@ def test_corpus_report_label_noise_from_the_repeats_table(shared, tmp_path) -> N
     """corpus_report's noise figures come from the store's repeats: quiet ok pairs only,
     speedups over each matrix's baseline; a busy repeat is left out and counted."""
     from cognate.config import Config
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
     from cognate.runner import Measurement
     from cognate.store import Store
     from cognate.timing import Load
@@ -227,9 +227,10 @@ def test_eval_tune_scores_the_model_and_the_fixed_set_on_one_matrix(shared, tmp_
     import json
 
     from cognate.collect import collect
-    from cognate.io import load_matrix
-    from cognate.model.cost_model import CostModel, RandomModel
+    from cognate.formats.read import load_matrix
+    from cognate.model.cost_model import CostModel
     from cognate.model.fixed_set import greedy_fixed_set
+    from cognate.model.random_model import RandomModel
     from cognate.records import load_runs
     from cognate.targets import get_target
 

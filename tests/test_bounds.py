@@ -128,7 +128,7 @@ def test_bad_memory_budget_setting_is_one_line(bad_files: dict[str, Path]) -> No
 
 
 def test_memory_budget_parses_sizes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cognate.io import memory_budget, physical_memory
+    from cognate.budget import memory_budget, physical_memory
 
     monkeypatch.delenv("COGNATE_MAX_MEMORY", raising=False)
     assert memory_budget() == physical_memory() // 2

@@ -559,7 +559,7 @@ def test_cpu_width_over_the_limit_is_refused_before_measuring(
 
 def test_from_model_measures_the_models_top_picks(small: list[Path], tmp_path: Path) -> None:
     """--from-model measures what `cognate tune` would verify (plus the baseline)."""
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
     from cognate.search import tune_matrix
 
     db = tmp_path / "picked.db"
@@ -646,7 +646,7 @@ def test_resume_retries_timeouts_and_errors_up_to_retries(
 
 def test_configs_n_is_exact_and_spread_over_families(shared: Path) -> None:
     from cognate.collect.plan import choose_configs
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
     from cognate.targets.cpu.space import make_space
 
     matrix = load_matrix(shared / "matrices" / "suitesparse" / "bcsstk13.mtx.gz")

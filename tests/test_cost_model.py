@@ -16,9 +16,8 @@ import pytest
 import torch
 
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.model.checkpoint import load_checkpoint, read_metadata, save_checkpoint
-from cognate.model.cost_model import LearnedModel
 from cognate.model.encoding import (
     LoopNestEncoder,
     RawKnobEncoder,
@@ -26,6 +25,7 @@ from cognate.model.encoding import (
     permutation_matrix,
 )
 from cognate.model.fit import evaluate, split_matrices
+from cognate.model.learned import LearnedModel
 from cognate.model.predictor import RankingNetwork, pairwise_accuracy, ranking_loss
 from cognate.model.preset import load_preset, preset_from_dict
 from cognate.model.train import train

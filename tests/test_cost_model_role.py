@@ -10,9 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from cognate.io import load_matrix
-from cognate.model.cost_model import CostModel, LearnedModel, RandomModel
+from cognate.formats.read import load_matrix
+from cognate.model.cost_model import CostModel
+from cognate.model.learned import LearnedModel
 from cognate.model.preset import preset_from_dict
+from cognate.model.random_model import RandomModel
 from cognate.model.statistics import N_STATISTICS, matrix_statistics, scaled_statistics
 from cognate.model.train import train
 from cognate.records import MatrixRuns

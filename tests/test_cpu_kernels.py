@@ -12,7 +12,7 @@ import pytest
 import scipy.sparse as sp
 
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix, canonicalize
 from cognate.targets.cpu.codegen import (
     LoopStructure,

@@ -18,7 +18,7 @@ from cases import permuted
 
 from cognate.config import Config
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix, canonicalize
 from cognate.targets.cpu.families import TooLarge, kernel_source
 from cognate.targets.cpu.families import pack as pack_family

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from cases import permuted
 
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix, canonicalize
 from cognate.targets.cpu.families import TooLarge, kernel_of, kernel_source, view_of
 from cognate.targets.cpu.families import build as build_kernel

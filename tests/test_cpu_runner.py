@@ -11,7 +11,7 @@ import pytest
 
 from cognate.build import compile_c
 from cognate.config import Config
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
 from cognate.runner import Measurement
 from cognate.targets import get_target

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from cognate import synth
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.search import Candidate, Timings, TuneResult
 from cognate.targets import get_target
 from cognate.targets.cpu.measure import library

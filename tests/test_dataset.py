@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from cognate.cli import main
 from cognate.collect import collect
-from cognate.io import save_matrix
+from cognate.formats.write import save_matrix
 from cognate.store import Store
 from cognate.synth import generate
 from cognate.targets import get_target
@@ -124,7 +124,7 @@ def test_repeats_travel_with_the_data_set(tmp_path, shared):
     """The collect protocol's second timings (label noise) survive export and import, beside
     the records they repeat; an import twice adds no second repeat."""
     from cognate.config import Config
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
     from cognate.runner import Measurement
 
     west = load_matrix(shared / "matrices" / "suitesparse" / "west0479.mtx.gz")
@@ -163,7 +163,7 @@ REGENERATED = (
 def _corpus_records(tmp_path: Path, monkeypatch) -> tuple[Path, dict[str, bytes]]:
     """A data set of spade records on two generated corpus files (written by the corpus's
     own recipes); returns it and the files' bytes."""
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
     from cognate.runner import Measurement
     from cognate.synth.corpus import corpus_recipe
 

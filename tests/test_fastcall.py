@@ -9,7 +9,7 @@ import scipy.sparse as sp
 import torch
 
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
 from cognate.targets.cpu.fastcall import ArgvCall, trampoline_source
 from cognate.targets.cpu.measure.check import mismatch, reference

@@ -17,7 +17,7 @@ import torch
 from safetensors import safe_open
 
 from cognate.config import Config
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.model import sparseconv
 from cognate.model.checkpoint import read_metadata
 from cognate.model.encoding import LoopNestEncoder, permutation_matrix

@@ -18,7 +18,7 @@ import torch
 
 from cognate.config import Config
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix, canonicalize
 from cognate.space import LOOP_VARS, LoopNest
 from cognate.targets import get_target

@@ -15,8 +15,11 @@ import scipy.io
 import scipy.sparse as sp
 
 from cognate.errors import CognateError, InputError
-from cognate.io import expand_matrix_paths, load_matrix, matrix_stats, save_matrix
+from cognate.formats.files import expand_matrix_paths
+from cognate.formats.read import load_matrix
+from cognate.formats.write import save_matrix
 from cognate.matrix import Matrix, canonicalize
+from cognate.matrix_stats import matrix_stats
 
 HEADER = "%%MatrixMarket matrix coordinate {field} {symmetry}\n"
 

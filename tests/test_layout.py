@@ -21,7 +21,7 @@ PACKAGE = Path(cognate.__file__).parent
 # targets' own subpackages, which the registry reaches by name only (importlib).
 LAYERS: list[set[str]] = [
     {"errors", "util", "paths", "stats", "config", "build", "lifetime", "homefiles"},
-    {"matrix", "io", "space", "runner", "synth", "suitesparse"},
+    {"matrix", "budget", "formats", "matrix_stats", "space", "runner", "synth", "suitesparse"},
     {"registry"},
     {"hostid", "store", "timing", "dataset", "records", "progress"},
     {"targets"},

@@ -149,7 +149,7 @@ _HUNG_RUNNER = """
 import sys, time
 sys.path.insert(0, {tests!r})
 from test_cpu_runner import BadKernelRunner, _distinct_configs
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 matrix = load_matrix({matrix!r})
 config = _distinct_configs(matrix.shape, 1)[1]
 runner = BadKernelRunner({{config.hash: "hang"}}, timeout_s=600)

@@ -100,7 +100,7 @@ MATRICES = (
 @pytest.fixture(scope="module")
 def target_store(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Spade records (simulated runtimes of 3 configs) of 10 shared matrices."""
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
 
     space = get_target("spade").space("spmm")
     runner = get_target("spade").runner()

@@ -16,7 +16,7 @@ pytest.importorskip("torch_geometric", reason="torch_geometric not installed (co
 from torch_geometric.nn import GCNConv, GINConv, SAGEConv  # noqa: E402
 
 import cognate.pyg as cp  # noqa: E402
-from cognate.io import load_matrix  # noqa: E402
+from cognate.formats.read import load_matrix  # noqa: E402
 
 TOL = 1e-5
 FEATURES, HIDDEN, CLASSES = 16, 16, 8  # two dense widths: few tunings per graph

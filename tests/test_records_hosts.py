@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.records import load_runs
 from cognate.runner import Measurement
 from cognate.store import Store

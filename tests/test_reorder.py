@@ -9,7 +9,7 @@ import pytest
 import scipy.sparse as sp
 
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.synth import generate
 from cognate.targets.cpu import reorder
 from cognate.targets.cpu.reorder import cache_path, cached_cluster_rows, cluster_rows

@@ -7,10 +7,11 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from cognate import io as cio
+from cognate import matrix_stats as stats_module
 from cognate.errors import CognateError, InputError
-from cognate.io import load_matrix, matrix_stats, row_blocks
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix, canonicalize
+from cognate.matrix_stats import matrix_stats, row_blocks
 from cognate.model import featurizer as fz
 from cognate.model.featurizer import Featurizer, matrix_points, sketch_bands, sketch_points
 from cognate.model.preset import FeaturizerSpec
@@ -140,7 +141,7 @@ def _stats_reference(matrix: Matrix) -> tuple[int, float]:
 
 
 def test_chunked_stats_match_the_whole_array_ones(real, monkeypatch):
-    monkeypatch.setattr(cio, "_STAT_CHUNK", 1000)  # ~84 blocks
+    monkeypatch.setattr(stats_module, "_STAT_CHUNK", 1000)  # ~84 blocks
     stats = matrix_stats(real)
     bandwidth, near = _stats_reference(real)
     assert stats["bandwidth"] == bandwidth

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from cognate.cli import main
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.store import Store
 from cognate.targets import get_target
 from cognate.targets.spade.simulator import load_machine

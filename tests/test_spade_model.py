@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import scipy.sparse as sp
 
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.matrix import canonicalize
 from cognate.paths import data_dir
 from cognate.targets.spade.runner import SpadeRunner

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.targets import get_target
 from cognate.targets.spade.simulator import Schedule
 

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.model import sparseconv
 from cognate.model.featurizer import Featurizer, matrix_points, matrix_scalars
 from cognate.model.preset import FeaturizerSpec

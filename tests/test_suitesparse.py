@@ -28,7 +28,7 @@ from click.testing import CliRunner
 from cognate import suitesparse
 from cognate.cli import main, run
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 
 # (group, name, kind, posdef): real groups and kinds of these collection matrices.
 MATRICES = [

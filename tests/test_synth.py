@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
 from cognate.synth import KINDS, LAYER_SHAPES, LAYER_SPARSITIES, generate, kdiag_count
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from cognate.cli import main
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.synth import generate
 from cognate.synth.published import (
     KRON_LOGN19_NNZ,

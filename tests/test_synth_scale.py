@@ -19,8 +19,9 @@ from scipy.sparse.csgraph import connected_components, shortest_path
 
 from cognate.cli import main
 from cognate.errors import CognateError
-from cognate.io import load_matrix, matrix_stats
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
+from cognate.matrix_stats import matrix_stats
 from cognate.synth import SCALE_KINDS, engineering, generate
 from cognate.synth import corpus as scale_corpus
 

@@ -17,7 +17,7 @@ torch = pytest.importorskip("torch")
 import cognate.torch as ct  # noqa: E402
 from cognate import synth  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
-from cognate.io import load_matrix  # noqa: E402
+from cognate.formats.read import load_matrix  # noqa: E402
 from cognate.torch import choices  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 import cognate.torch as ct  # noqa: E402
 from cognate import synth, timing  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
-from cognate.io import load_matrix  # noqa: E402
+from cognate.formats.read import load_matrix  # noqa: E402
 from cognate.torch import gnn  # noqa: E402
 from cognate.torch.order import (  # noqa: E402
     NODE_ORDERS,

@@ -193,14 +193,15 @@ def test_the_api_tunes_a_toy_target_with_a_random_cost_model(
     ranks the space the same way; a callable kernel is refused in one line."""
     import cognate
     from cognate.errors import CognateError
-    from cognate.model.cost_model import CostModel, RandomModel
+    from cognate.model.cost_model import CostModel
+    from cognate.model.random_model import RandomModel
 
     space = targets.get_target("toy").space("spmm")
     path = RandomModel(space, seed=7).save(tmp_path / "random.json")
     loaded = CostModel.load(path, space)
     assert isinstance(loaded, RandomModel) and loaded.seed == 7
     result = cognate.tune(suitesparse_files[0], target="toy", width=16, top_k=4, model=loaded)
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
 
     scores = loaded.predict(load_matrix(suitesparse_files[0]), space.all_configs(), 16)
     expected = [space.all_configs()[i].hash for i in np.argsort(scores, kind="stable")[:4]]

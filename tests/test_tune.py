@@ -25,7 +25,7 @@ from cognate.cli import run as cli_run
 from cognate.cli.pretrain import load_runs
 from cognate.collect import collect
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.model.preset import preset_from_dict
 from cognate.model.train import train
 from cognate.search import load_model
@@ -415,7 +415,7 @@ def test_api_kernel_equals_scipy(cpu_model, tuned) -> None:
 
 
 def test_missing_shipped_model_is_one_line(tuned, tmp_path, monkeypatch, capsys) -> None:
-    monkeypatch.setattr("cognate.model.cost_model.data_dir", lambda: tmp_path)
+    monkeypatch.setattr("cognate.model.shipped.data_dir", lambda: tmp_path)
     code, out, err = run_cli(["tune", str(tuned), "--target", "spade"], capsys)
     assert code == 1 and out == ""
     assert len(err.strip().splitlines()) == 1
@@ -599,7 +599,7 @@ def test_gpu_without_cuda_says_so_first(tuned, tmp_path, monkeypatch, capsys) ->
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA GPU")
-    monkeypatch.setattr("cognate.model.cost_model.data_dir", lambda: tmp_path)
+    monkeypatch.setattr("cognate.model.shipped.data_dir", lambda: tmp_path)
     code, out, err = run_cli(["tune", str(tuned), "--target", "gpu"], capsys)
     lines = err.strip().splitlines()
     assert code == 1 and "no CUDA GPU" in lines[0] and "no shipped model" in lines[-1]

@@ -53,7 +53,9 @@ def info(paths: tuple[Path, ...], as_json: bool) -> None:
 
     A folder stands for the matrix files inside it (.mtx, .mtx.gz, .tar.gz, .tgz, .npz, .csr).
     """
-    from cognate.io import expand_matrix_paths, load_matrix, matrix_stats
+    from cognate.formats.files import expand_matrix_paths
+    from cognate.formats.read import load_matrix
+    from cognate.matrix_stats import matrix_stats
 
     records = []
     for path in expand_matrix_paths(paths):
@@ -129,7 +131,7 @@ def synth(kind: str, output: Path, **args: Any) -> None:
     --nnz alone (their shape follows) or by --rows/--cols; the published graphs
     (mycielskian, delaunay, kron-g500) by --order alone.
     """
-    from cognate.io import check_output_path, save_matrix
+    from cognate.formats.write import check_output_path, save_matrix
 
     renamed = {"nm_n": "n", "nm_m": "m", "rmat_a": "a", "rmat_b": "b", "rmat_c": "c", "rmat_d": "d"}
     options = {renamed.get(k, k): v for k, v in args.items() if v is not None}

@@ -66,7 +66,7 @@ def _check_shapes(peer: PeerFile, lines: list[WacoLine], matrix: Matrix) -> None
 @db_option("to load into (created if new)", "db_path")
 def import_waco(peer_dir: Path, matrices_dir: Path, db_path: Path | None) -> None:
     """Load WACO's <op>/<matrix>.txt runtimes under PEER_DIR into the record store."""
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
     from cognate.store import Store
     from cognate.targets.cpu.space import make_space
     from cognate.targets.cpu.waco import (

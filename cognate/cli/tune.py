@@ -312,7 +312,7 @@ def tune(
     """Rank schedules of MATRIX for TARGET with a cost model (lower score = faster)."""
     from cognate.api import tune as tune_api
     from cognate.errors import CognateError
-    from cognate.io import load_matrix
+    from cognate.formats.read import load_matrix
     from cognate.model.portfolio import ranking_line
     from cognate.progress import say
     from cognate.search import emit as emit_files

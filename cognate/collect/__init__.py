@@ -68,7 +68,7 @@ def _make_runner(target: targets.Target, runner_options: dict[str, Any]) -> Runn
 
 
 def _matrix_files(matrix_paths: Sequence[str | Path]) -> list[Path]:
-    from cognate.io import expand_matrix_paths
+    from cognate.formats.files import expand_matrix_paths
 
     if not matrix_paths:
         raise CognateError("no matrix files given")

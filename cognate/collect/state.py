@@ -75,7 +75,8 @@ class Collection:
             yield plan
 
     def _plan(self, path: Path) -> Plan:
-        from cognate.io import check_work, load_matrix  # here: it pulls in scipy readers
+        from cognate.budget import check_work  # here: it pulls in scipy readers
+        from cognate.formats.read import load_matrix
 
         matrix = load_matrix(path)
         cost = self.target.measure_cost(self.width)  # checked before anything is allocated

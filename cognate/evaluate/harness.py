@@ -40,8 +40,9 @@ from cognate.evaluate.preset import (
     RANDOM_FEATURIZER,
     ExperimentPreset,
 )
-from cognate.model.cost_model import CostModel, LearnedModel
+from cognate.model.cost_model import CostModel
 from cognate.model.fit import Embedder
+from cognate.model.learned import LearnedModel
 from cognate.model.portfolio import (
     PORTFOLIO_KEY,
     choose_portfolio,

@@ -6,4 +6,10 @@
 - ``predictor``: ``RankingNetwork`` (score: lower = faster) and the pairwise ranking loss.
 - ``train``: training, validation metrics, safetensors checkpoints.
 - ``preset``: the presets of configs/model.yaml.
+- ``cost_model``: the role every model plays (``CostModel``); ``learned`` and
+  ``random_model`` the two kinds of model, ``shipped`` where the shipped ones live.
 """
+
+# The kinds of model CostModel.load reads register themselves when imported: importing them
+# here registers both before any model file is loaded.
+from cognate.model import learned, random_model  # noqa: F401

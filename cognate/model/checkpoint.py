@@ -236,7 +236,7 @@ def state_bytes(build: Callable[[], Any]) -> int:
 def check_fits(path: str | Path, build: Callable[[], Any]) -> None:
     """Refuse a model file whose metadata describes more weights than the file holds (they
     cannot be in it) or than the memory budget allows; call before building for real."""
-    from cognate.io import memory_budget
+    from cognate.budget import memory_budget
 
     needed = state_bytes(build)
     size = Path(path).stat().st_size

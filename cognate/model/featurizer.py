@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from cognate.budget import Cost, check_budget, memory_budget
 from cognate.errors import CognateError
-from cognate.io import Cost, check_budget, memory_budget
 from cognate.matrix import Matrix
 from cognate.model import sparseconv
 from cognate.model.preset import FeaturizerSpec

@@ -15,7 +15,6 @@ import torch
 
 from cognate.errors import CognateError
 from cognate.model.checkpoint import checkpoint_metadata
-from cognate.model.cost_model import LearnedModel
 from cognate.model.encoding import ConfigEncoder, make_encoder
 from cognate.model.fit import (
     ProgressFn,
@@ -25,6 +24,7 @@ from cognate.model.fit import (
     fit,
     split_matrices,
 )
+from cognate.model.learned import LearnedModel
 from cognate.model.predictor import RankingNetwork
 from cognate.model.preset import ModelPreset
 from cognate.records import MatrixRuns

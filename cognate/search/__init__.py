@@ -13,7 +13,8 @@ torch is imported inside the functions that need it so that ``cognate --help`` s
 
 from __future__ import annotations
 
-from cognate.model.cost_model import CostModel, resolve_model_path, shipped_model_path
+from cognate.model.cost_model import CostModel
+from cognate.model.shipped import resolve_model_path, shipped_model_path
 from cognate.search.emit import emit
 from cognate.search.rank import (
     DEFAULT_CANDIDATES,

@@ -23,7 +23,8 @@ import numpy as np
 
 from cognate.errors import CognateError
 from cognate.homefiles import clean_leftovers, home_lock, ignore, open_regular
-from cognate.model.cost_model import CostModel, LearnedModel
+from cognate.model.cost_model import CostModel
+from cognate.model.learned import LearnedModel
 from cognate.paths import cognate_home
 from cognate.records import MatrixRuns
 from cognate.search.result import TuneResult

@@ -7,11 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cognate.budget import check_work
 from cognate.errors import CognateError
-from cognate.io import check_work
 from cognate.matrix import Matrix
-from cognate.model.cost_model import CostModel, resolve_model_path
+from cognate.model.cost_model import CostModel
 from cognate.model.portfolio import ranking_used
+from cognate.model.shipped import resolve_model_path
 from cognate.runner import ProgressFn
 from cognate.search.rank import DEFAULT_CANDIDATES, DEFAULT_SEED, rank, runnable_top, same_config
 from cognate.search.result import TuneResult

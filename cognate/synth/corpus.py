@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from cognate.errors import CognateError
-from cognate.io import save_matrix
+from cognate.formats.write import save_matrix
 from cognate.matrix import Matrix
 from cognate.paths import shared_dir
 from cognate.synth import generate

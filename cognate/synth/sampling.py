@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from cognate.budget import physical_memory
 from cognate.errors import CognateError
-from cognate.io import physical_memory
 
 INT32_MAX = 2**31 - 1
 _BYTES_PER_ENTRY = 64  # generous: positions, keys, values and the CSR built from them

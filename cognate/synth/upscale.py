@@ -1,6 +1,6 @@
 """A real matrix upscaled (kind ``kron``), so large matrices inherit real structure.
 
-The pattern of the matrix file ``base`` (any format ``cognate.io`` reads) is combined with
+The pattern of the matrix file ``base`` (any format ``cognate.formats`` reads) is combined with
 a small random s x s pattern S (full diagonal plus random off-diagonal cells), as in the
 Kronecker graph models (Leskovec et al. 2010):
 
@@ -43,7 +43,7 @@ def kron(
         raise CognateError("kron is sized by nnz only (its shape follows from the base)")
     if layout not in LAYOUTS:
         raise CognateError(f"layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
-    from cognate.io import load_matrix  # a file reader: only this kind needs one
+    from cognate.formats.read import load_matrix  # a file reader: only this kind needs one
 
     pattern = load_matrix(base).csr.copy()
     pattern.data[:] = 1

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cognate.budget import Cost
 from cognate.config import Config
 from cognate.errors import CognateError
-from cognate.io import Cost
 from cognate.matrix import Matrix
 from cognate.runner import Measurement, ProgressFn, Runner
 from cognate.space import Space

@@ -48,7 +48,8 @@ class TuneOptions:
 
     def model_key(self, op: str) -> str | None:
         """The model's identity in cache keys (None: a CostModel object, not cached on disk)."""
-        from cognate.model.cost_model import CostModel, resolve_model_path
+        from cognate.model.cost_model import CostModel
+        from cognate.model.shipped import resolve_model_path
 
         if isinstance(self.model, CostModel):
             return None

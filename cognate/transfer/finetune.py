@@ -41,9 +41,9 @@ from cognate.model.checkpoint import (
     new_network,
     read_metadata,
 )
-from cognate.model.cost_model import LearnedModel, register_loader
 from cognate.model.encoding import ConcatEncoder, make_encoder
 from cognate.model.fit import Embedder, ProgressFn, encode_all, evaluate, fit, split_matrices
+from cognate.model.learned import LearnedModel, register_loader
 from cognate.model.portfolio import (
     RANKING_KEY,
     best_of_top,

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from cognate.config import Config, canonical_json
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.records import load_runs
 from cognate.runner import Measurement
 from cognate.store import Store

@@ -21,7 +21,7 @@ import torch
 import cognate
 import cognate.torch as ct
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
 from cognate.targets.cpu.measure.check import mismatch, reference
 
@@ -58,7 +58,7 @@ import torch
 import cognate
 import cognate.torch as ct
 from cognate.errors import CognateError
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 
 m = load_matrix(sys.argv[1])
 n, w = m.shape[0], 16

@@ -15,8 +15,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import cognate.torch as ct  # noqa: E402
-from cognate.io import load_matrix  # noqa: E402
-from cognate.model.cost_model import RandomModel  # noqa: E402
+from cognate.formats.read import load_matrix  # noqa: E402
+from cognate.model.random_model import RandomModel  # noqa: E402
 from cognate.targets import get_target  # noqa: E402
 from cognate.torch import choices  # noqa: E402
 
@@ -88,7 +88,7 @@ def test_a_tampered_choices_file_is_ignored_with_one_warning(
 _BUILD = """
 import sys
 import cognate.torch as ct
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 ts = ct.TunedSparse(load_matrix(sys.argv[1]), widths=(8,), model=sys.argv[2])
 print(ts.choices[("spmm", "A", 8)].source)
 """
@@ -132,7 +132,7 @@ def test_a_special_or_huge_choices_file_neither_hangs_nor_grows_the_caller(
 
 _WRITER = """
 import sys
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.torch.choices import TuneOptions, choose
 m = load_matrix(sys.argv[1])
 options = TuneOptions(model=sys.argv[2], candidates=4)

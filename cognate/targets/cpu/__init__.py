@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cognate.budget import Cost
 from cognate.config import Config
-from cognate.io import Cost
 from cognate.matrix import Matrix
 from cognate.runner import ProgressFn, Runner
 from cognate.space import Space

@@ -10,8 +10,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from cognate.budget import Cost
 from cognate.config import Config
-from cognate.io import Cost
 from cognate.targets import Target
 
 from .runner import SpadeRunner
