@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
 from cognate.search import tune_matrix
 from cognate.targets import get_target

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cognate.io import load_matrix
+from cognate.formats.read import load_matrix
 from cognate.targets import get_target
 from cognate.targets.cpu import families
 from cognate.targets.cpu.measure import check

@@ -193,7 +193,7 @@ def reference_for(
 ) -> Reference:
     """The whole-matrix reference when it fits the memory budget beside the ``held`` bytes
     of the rest of the measurement, else the reference of a fixed sample of rows."""
-    from cognate.io import memory_budget
+    from cognate.budget import memory_budget
 
     width = operands[0].shape[1]
     allowed = (memory_budget() if budget is None else budget) - held

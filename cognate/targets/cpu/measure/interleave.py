@@ -161,7 +161,7 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
     When holding every prepared call at once would pass half the memory budget (10^8
     nonzeros at width 128: an output alone is gigabytes), the calls are prepared, checked
     and timed one at a time instead (``_run_one_at_a_time``)."""
-    from cognate.io import memory_budget
+    from cognate.budget import memory_budget
     from cognate.targets.cpu.measure.check import reference_for
 
     matrix, source, operands = _inputs(job)
