@@ -18,6 +18,7 @@ from cognate.targets.cpu.measure.check import (
     reference_for,
     sample_rows,
 )
+from cognate.targets.cpu.vector import vector_variants
 
 MATRIX = "bcsstk13.mtx.gz"  # 2003 rows, uneven row lengths (heaviest rows stand out)
 
@@ -89,10 +90,15 @@ def test_one_at_a_time_job_refuses_a_kernel_wrong_on_a_sampled_row(
     space = get_target("cpu").space("spmm")
     base = dict(space.baseline(matrix.shape).knobs)
     bad_row = int(sample_rows(matrix.csr)[5])
-    prepare = families.prepare
+    bind, pack = families.bind, families.pack
+    packed_layouts = []
 
-    def corrupting(source, op, knobs, operands):
-        call = prepare(source, op, knobs, operands)
+    def counting(source, op, knobs, width):
+        packed_layouts.append(dict(knobs))
+        return pack(source, op, knobs, width)
+
+    def corrupting(packed, knobs, operands, lib_path=None):
+        call = bind(packed, knobs, operands, lib_path)
         if knobs.get("chunk") == 64:  # the broken config: one sampled row comes out wrong
             result = call.result
 
@@ -104,7 +110,9 @@ def test_one_at_a_time_job_refuses_a_kernel_wrong_on_a_sampled_row(
             call.result = wrong
         return call
 
-    monkeypatch.setattr(families, "prepare", corrupting)
+    monkeypatch.setattr(families, "pack", counting)
+    monkeypatch.setattr(families, "bind", corrupting)
+    (_, variant), *_ = vector_variants("spmm", 16, [space.validate(base)])
     interleave.save_job_matrix(matrix, tmp_path / "a.npz")
     job = {
         "npz": str(tmp_path / "a.npz"),
@@ -116,6 +124,7 @@ def test_one_at_a_time_job_refuses_a_kernel_wrong_on_a_sampled_row(
         "configs": [
             {"key": "base", "knobs": base},
             {"key": "broken", "knobs": {**base, "chunk": 64}},
+            {"key": "variant", "knobs": dict(variant.knobs)},
         ],
     }
     outcome = interleave.run_job(job)
@@ -124,3 +133,27 @@ def test_one_at_a_time_job_refuses_a_kernel_wrong_on_a_sampled_row(
     assert good["status"] == "ok" and good["runtime_s"] > 0 and good["rounds"] == 2
     assert broken["status"] == "error" and f"first bad row {bad_row}" in broken["error"]
     assert "runtime_s" not in broken
+    # The vector variant ran on the base config's packed A: two layouts packed, not three.
+    assert outcome["configs"]["variant"]["status"] == "ok"
+    assert len(packed_layouts) == 2
+
+
+def test_kernel_preparation_over_the_budget_is_one_clear_error(matrix, monkeypatch) -> None:
+    """result.kernel / cognate.torch price a pack (and A^T) beside what the process holds."""
+    from cognate.errors import InputError
+    from cognate.targets.cpu import price
+    from cognate.targets.cpu.tuned import TunedKernel
+    from cognate.torch.operand import TunedSparse
+
+    knobs = dict(get_target("cpu").space("spmm").baseline(matrix.shape).knobs)
+    b = np.ones((matrix.shape[1], 16), dtype=np.float32)
+    needed = price.kernel_bytes(matrix, "spmm", knobs, 16)
+    held = price.resident_bytes()
+    monkeypatch.setenv("COGNATE_MAX_MEMORY", str(held + needed // 2))
+    with pytest.raises(InputError, match="packing A for a csr spmm kernel of width 16"):
+        TunedKernel(matrix, "spmm", knobs, (b,))
+    monkeypatch.setenv("COGNATE_MAX_MEMORY", str(held + 4 * needed))
+    assert np.allclose(TunedKernel(matrix, "spmm", knobs, (b,))(b), matrix.csr @ b, rtol=1e-4)
+    monkeypatch.setenv("COGNATE_MAX_MEMORY", str(price.resident_bytes() + 1024))
+    with pytest.raises(InputError, match="building A\\^T"):
+        TunedSparse(matrix)._transpose()

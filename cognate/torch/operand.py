@@ -40,6 +40,7 @@ import torch
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.targets.cpu.operands import check_live_tensor
+from cognate.targets.cpu.price import check_room, transpose_bytes
 from cognate.targets.cpu.tuned import TunedKernel
 from cognate.torch.choices import Choice, TuneOptions, choose
 from cognate.torch.inputs import as_operand_matrix
@@ -213,6 +214,8 @@ class TunedSparse(SparseOperand):
 
     def _transpose(self) -> tuple[Matrix, np.ndarray]:
         if self._transposed is None:
+            what = "building A^T for the backward pass"
+            check_room(self.matrix, what, transpose_bytes(self.matrix))
             self._transposed = transposed(self.matrix)
         return self._transposed
 
