@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from cognate.errors import CognateError
 from cognate.targets.cpu import families
 from cognate.targets.cpu.codegen import OP_LOOPS, structure_of
 
@@ -61,8 +62,11 @@ class SizeCheck:
     def structured(self) -> sp.csr_matrix:
         """The CSR the template families pack: S, which is A where A has no permutations."""
         src = self.source
-        if src._csr is not None and src.row_perm is None and src.col_perm is None:
-            return src._csr
+        if src.row_perm is None and src.col_perm is None:
+            try:
+                return src.csr  # no permutation: S is A (no view to build)
+            except CognateError:  # a structured view was given, not A's CSR
+                pass
         return src.view.csr
 
     def __call__(self, knobs: Mapping[str, Any]) -> bool:
@@ -85,7 +89,11 @@ class SizeCheck:
 
     @cached_property
     def limit(self) -> int:
-        return families.size_limit(self.csr if self.source._csr is not None else self.structured)
+        """The size limit (A and S have the same shape and nnz)."""
+        try:
+            return families.size_limit(self.csr)
+        except CognateError:
+            return families.size_limit(self.structured)
 
     def _need(self, entries: int, what: str = "an array") -> None:
         if entries > self.limit:
