@@ -20,6 +20,7 @@ import scipy.sparse as sp
 import torch
 
 from cognate.build import compile_c, load_library
+from cognate.errors import CognateError
 from cognate.paths import kernels_dir
 
 REDUCES = ("max", "min")
@@ -41,6 +42,8 @@ class MinMaxCSR:
     """A's CSR arrays held as the kernel takes them (int32 indices, float32 values)."""
 
     def __init__(self, csr: sp.csr_matrix) -> None:
+        if csr.nnz >= 2**31:  # the kernel's offsets and argmin/argmax entries are int32
+            raise CognateError(f"min/max aggregation: {csr.nnz} entries, over 2^31 - 1")
         self.shape = csr.shape
         self.indptr = np.ascontiguousarray(csr.indptr, dtype=np.int32)
         self.indices = np.ascontiguousarray(csr.indices, dtype=np.int32)

@@ -50,19 +50,29 @@ def cache_dir(given: str | None) -> Path:
     return Path(home) / "scale" if home else Path("/tmp/cognate-scale")
 
 
+PUBLISHED = ("mycielskian", "delaunay", "kron-g500")  # sized by --order alone
+
+
 def graph_path(cache: Path, spec: str) -> tuple[Path, list[str]]:
-    """``kind:nnz[:degree]`` -> its cached file and the ``data synth`` arguments."""
-    kind, nnz, *rest = spec.split(":")
-    args = [kind, "--nnz", nnz, "--seed", "1"]
-    name = f"{kind}-{nnz}"
+    """``kind:nnz[:degree or base]`` or ``published:order`` -> its cached file and the
+    ``data synth`` arguments (e.g. powerlaw:10000000, kron:10000000:rajat19.mtx.gz,
+    mycielskian:17 = the exact mycielskian17)."""
+    kind, size, *rest = spec.split(":")
+    if kind in PUBLISHED:
+        return cache / f"{kind}{size}.npz", [kind, "--order", size]
+    args = [kind, "--nnz", size, "--seed", "1"]
+    name = f"{kind}-{size}"
     if rest:
         args += ["--degree", rest[0]] if kind == "powerlaw" else ["--base", rest[0]]
-        name = f"{kind}{Path(rest[0]).name.split('.')[0]}-{nnz}"
+        name = f"{kind}{Path(rest[0]).name.split('.')[0]}-{size}"
     return cache / f"{name}.npz", args
 
 
 def rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    """Peak RSS of this process or of any child it waited for (tune --verify's job)."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(own, children) / 1024
 
 
 def current_rss_mb() -> float:
@@ -79,6 +89,7 @@ def run_step(step: str, path: Path, width: int, rounds: int) -> dict:
     start = time.perf_counter()
     matrix = load_matrix(path)
     out: dict = {"load_s": time.perf_counter() - start, "loaded_mb": current_rss_mb()}
+    out["nnz"] = int(matrix.nnz)
     start = time.perf_counter()
     if step == "info":
         from cognate.matrix_stats import matrix_stats
@@ -99,6 +110,8 @@ def run_step(step: str, path: Path, width: int, rounds: int) -> dict:
 
         result = cognate.tune(matrix, width=width, verify=step == "verify")
         out["pick"] = result.config.hash[:12]
+        if step == "verify":
+            out["checked"], out["timing"] = result.checked, result.timing
         out["filter_s"] = result.timings.filter_s
         out["featurize_s"] = result.timings.featurize_s
     elif step == "spmm":
@@ -109,13 +122,14 @@ def run_step(step: str, path: Path, width: int, rounds: int) -> dict:
 
 
 def spmm_vs_mkl(matrix, width: int, rounds: int) -> dict:
-    """The rank-only pick's kernel against MKL-IE, both checked on sampled rows."""
-    from cognate.targets.cpu.interleave import interleaved
-    from cognate.targets.cpu.kernel import mismatch, reference
-
+    """The rank-only pick's ``result.kernel(B, out=C)`` against MKL-IE (handle created, hinted
+    and optimized once, default OpenMP waits), both checked against float64 scipy on a fixed
+    sample of rows, then timed in rounds where each library runs its own block of calls
+    after at least 0.25 s of its own untimed calls (another runtime's threads stop spinning)."""
     import cognate
-    from cognate.targets.cpu import library
-    from cognate.timing import timing_lock
+    from cognate.targets.cpu.measure import library
+    from cognate.targets.cpu.measure.check import Reference, sample_rows
+    from cognate.timing import LEAD_IN_S, blocks, timing_lock
 
     start = time.perf_counter()
     result = cognate.tune(matrix, width=width)
@@ -127,16 +141,18 @@ def spmm_vs_mkl(matrix, width: int, rounds: int) -> dict:
     kernel = result.kernel
     kernel(b, out=c)
     first_s = time.perf_counter() - start
+    ref = Reference(csr, "spmm", (b,), sample_rows(csr))
+    problem = ref.check(c)
+    if problem:
+        raise SystemExit(f"tuned result wrong: {problem}")
     mkl = library.mkl_spmm_call(csr, b)
     mkl.run()
-    rows = np.sort(np.random.default_rng(1).choice(csr.shape[0], CHECK_ROWS, replace=False))
-    ref, tol = reference(csr[rows], "spmm", (b,))
-    for name, got in (("tuned", c), ("mkl", mkl.result())):
-        problem = mismatch(got[rows], ref, 4 * tol)
-        if problem:
-            raise SystemExit(f"{name} result wrong on sampled rows: {problem}")
+    problem = ref.check(mkl.result(), slack=4.0)
+    if problem:
+        raise SystemExit(f"mkl result wrong: {problem}")
+    calls = {"tuned": lambda: kernel(b, out=c), "mkl": mkl.run}
     with timing_lock():
-        timed = interleaved({"tuned": lambda: kernel(b, out=c), "mkl": mkl.run}, rounds)
+        timed = blocks(calls, rounds, lead_in_s=LEAD_IN_S, runtime=lambda name: name)
     med = {name: t.median for name, t in timed.items()}
     return {
         "tune_s": tune_s,
@@ -147,7 +163,9 @@ def spmm_vs_mkl(matrix, width: int, rounds: int) -> dict:
         "mkl/tuned": med["mkl"] / med["tuned"],
         "tuned_iqr_ms": timed["tuned"].spread * 1e3,
         "mkl_iqr_ms": timed["mkl"].spread * 1e3,
+        "rounds": rounds,
         "pick": result.config.hash[:12],
+        "pick_family": result.config.knobs.get("family", "csr"),
     }
 
 
@@ -200,6 +218,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--cache")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--json", help="append the rows to this JSON list (slopes over all)")
+    parser.add_argument("--plot", help="write the log-log lines of time vs nnz to this png")
     parser.add_argument("--step", choices=STEPS, help=argparse.SUPPRESS)
     parser.add_argument("--matrix", help=argparse.SUPPRESS)
     parser.add_argument("--width", type=int, default=128, help=argparse.SUPPRESS)
@@ -218,23 +238,58 @@ def main() -> None:
                 widths = [0]
             for width in widths:
                 out = child(step, path, width, args.rounds, args.timeout)
-                out.update(graph=spec, step=step, width=width, nnz=int(spec.split(":")[1]))
+                out.update(graph=spec, step=step, width=width)
                 rows.append(out)
                 print(line(out), flush=True)
+    if args.json:
+        previous = json.loads(Path(args.json).read_text()) if Path(args.json).exists() else []
+        Path(args.json).write_text(json.dumps(previous + rows, indent=1))
+        rows = previous + rows  # slopes over every size measured so far
+    print_slopes(rows, args.plot)
+
+
+def print_slopes(rows: list[dict], plot: str | None = None) -> None:
+    """Each (graph kind, step, width)'s log-log slope of time against nnz (1 = linear)."""
     print("log-log slope of each step's time against nnz (1 = linear):")
-    for step in args.steps:
-        for width in sorted({r["width"] for r in rows if r["step"] == step}):
-            pts = [
-                (r["nnz"], r.get("step_s"))
-                for r in rows
-                if (r["step"], r["width"]) == (step, width)
-            ]
-            s = slope(pts)
-            print(f"  {step:<7} N={width:<4} " + (f"{s:.2f}" if s is not None else "-"))
+    series: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
+    for r in rows:
+        if "error" in r or "nnz" not in r:
+            continue
+        kind = r["graph"].split(":")[0]
+        series.setdefault((kind, r["step"], r["width"]), []).append((r["nnz"], r["step_s"]))
+    for (kind, step, width), pts in sorted(series.items()):
+        s = slope(pts)
+        sizes = ", ".join(f"{n:.0e}" for n, _ in sorted(pts))
+        text = f"{s:.2f}" if s is not None else "-"
+        print(f"  {kind:<12} {step:<7} N={width:<4} {text}  ({sizes})")
+    if plot:
+        _plot(series, plot)
+
+
+def _plot(series: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 5))
+    for (kind, step, width), pts in sorted(series.items()):
+        if len(pts) < 2:
+            continue
+        pts = sorted(pts)
+        label = f"{kind} {step}" + (f" N={width}" if width else "")
+        ax.loglog([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
+    ax.set_xlabel("nonzeros")
+    ax.set_ylabel("wall seconds (AMD Zen 4, AVX-512, 2 cores)")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    print(f"plot: {path}")
 
 
 def line(r: dict) -> str:
     head = f"{r['graph']:<22} {r['step']:<7} N={r['width']:<4}"
+    head += f" nnz {r['nnz']:>11,}" if "nnz" in r else ""
     if "error" in r:
         return f"{head} FAILED: {r['error']}"
     text = (
@@ -244,11 +299,14 @@ def line(r: dict) -> str:
     for key in ("featurize_s", "filter_s"):
         if key in r:
             text += f"  {key} {r[key]:.2f}"
+    if r.get("checked"):
+        text += f"  checked {r['checked']}; timed {r.get('timing')}"
     if "mkl/tuned" in r:
         text += (
             f"  tuned {r['tuned_ms']:.1f} (iqr {r['tuned_iqr_ms']:.1f}) ms"
             f"  mkl {r['mkl_ms']:.1f} (iqr {r['mkl_iqr_ms']:.1f}) ms  mkl/tuned"
-            f" {r['mkl/tuned']:.2f}  (tune {r['tune_s']:.1f} s, mkl inspect {r['mkl_inspect_s']:.1f} s)"
+            f" {r['mkl/tuned']:.2f}  (tune {r['tune_s']:.1f} s, mkl inspect {r['mkl_inspect_s']:.1f} s,"
+            f" pick {r['pick_family']}, {r['rounds']} rounds)"
         )
     return text
 

@@ -225,14 +225,14 @@ REFUSED = {
     "tune_verify_cols": (
         ["tune", "--target", "cpu", "--op", "spmm", "--no-record", "--verify"],
         1,
-        2_000_000,
-        r"tune --target cpu on a 1 x 2000000 matrix",
+        16_000_000,  # B alone is gigabytes: one config is measured at a time
+        r"tune --target cpu on a 1 x 16000000 matrix",
     ),
     "collect_cpu_cols": (
         ["collect", "--target", "cpu", "--op", "spmm", "--configs", "2"],
         1,
-        2_000_000,
-        r"collect --target cpu on a 1 x 2000000 matrix",
+        16_000_000,
+        r"collect --target cpu on a 1 x 16000000 matrix",
     ),
     "collect_spade_rows": (
         ["collect", "--target", "spade", "--op", "spmm", "--configs", "2"],

@@ -202,10 +202,21 @@ def _print_summary(console: Console, result: Any) -> None:
         console.print(f"library reference not timed: {result.library_error}")
     if result.timing == "sequential":
         console.print("timed one config after another (the interleaved verify failed)")
+    if result.timing == "one at a time":
+        console.print(
+            "timed one config at a time, each prepared, checked and timed alone (holding every"
+            " packed A and output at once would pass half the memory budget)"
+        )
+    if result.checked and result.checked != "every row":
+        console.print(
+            f"results checked against float64 scipy on {result.checked}: the whole-matrix"
+            " reference is over the memory budget"
+        )
     policy = (result.load or {}).get("omp_wait_policy")
     if policy:  # which OpenMP waits the medians hold: the user's loop has the same
         words = "default (spin, then sleep)" if policy == "default" else policy
         how = "interleaved rounds" if policy == "passive" else "rounds of blocks"
+        how = "consecutive blocks" if result.timing == "one at a time" else how
         console.print(
             f"timed as your own loop calls it: median ± interquartile range of {how},"
             f" OpenMP waits {words} (OMP_WAIT_POLICY of this shell)"

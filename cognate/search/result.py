@@ -32,7 +32,8 @@ class TuneResult:
     libraries: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> times
     skipped_too_large: int = 0  # better-ranked configs that cannot run on this matrix
     load: dict[str, Any] | None = None  # the machine's load when the timings were taken
-    timing: str | None = None  # how the verify timed: "interleaved" or "sequential"
+    timing: str | None = None  # how the verify timed: "interleaved", "one at a time", ...
+    checked: str | None = None  # the rows results were checked on against float64 scipy
     remeasured: list[str] = field(default_factory=list)  # hashes re-timed head to head
     space_version: str = ""
     ranking: dict[str, Any] | None = None  # which ranking the model used, and why
@@ -90,6 +91,7 @@ class TuneResult:
             candidate.status, candidate.runtime_s, candidate.error = m.status, m.runtime_s, m.error
             candidate.spread_s, candidate.range_s = m.spread_s, m.range_s
         self.timing, self.load = verification.timing, verification.load
+        self.checked = verification.checked
         self.remeasured = list(verification.remeasured)
         self.libraries, self.library_error = verification.libraries, verification.library_error
         if self.libraries:
@@ -158,5 +160,6 @@ class TuneResult:
             out["libraries"] = self.libraries
             if self.verified:
                 out.update(timing=self.timing, remeasured=self.remeasured, load=self.load)
+                out["checked_rows"] = self.checked
                 out["unreliable"] = self.unreliable
         return out

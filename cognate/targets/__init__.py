@@ -34,7 +34,8 @@ class Verification:
 
     ``libraries`` (name -> runtime_s / spread_s / inspect_s) are the library references a
     target timed beside the configs; ``load`` the machine's load while timing; ``timing``
-    how the configs were timed ("interleaved", "sequential"; None: the runner's own way)."""
+    how the configs were timed ("interleaved", "one at a time", "sequential"; None: the
+    runner's own way)."""
 
     measurements: list[Measurement]
     timing: str | None = None
@@ -42,6 +43,7 @@ class Verification:
     remeasured: list[str] = field(default_factory=list)
     libraries: dict[str, dict[str, Any]] = field(default_factory=dict)
     library_error: str | None = None
+    checked: str | None = None  # which rows each result was checked on (None: every row)
 
 
 # What a command costs in memory per row, column and nonzero (docs/reliability.md, matrix

@@ -39,6 +39,7 @@ import torch
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.targets.cpu.operands import check_live_tensor
+from cognate.targets.cpu.price import check_room, transpose_bytes
 from cognate.targets.cpu.tuned import TunedKernel
 from cognate.torch.choices import Choice, TuneOptions, choose
 from cognate.torch.inputs import as_operand_matrix
@@ -68,8 +69,11 @@ def transposed(matrix: Matrix) -> tuple[Matrix, np.ndarray]:
     t = ids.T.tocsr()
     t.sort_indices()
     tmap = np.asarray(t.data, dtype=np.int64)
+    # int32 offsets while the entry count fits them (what the kernels' packs expect), else
+    # 64-bit: a silent int32 wrap past 2^31 entries would scramble A^T's rows.
+    offsets = np.int32 if csr.nnz < 2**31 else np.int64
     at = sp.csr_matrix(
-        (csr.data[tmap], t.indices.astype(np.int32), t.indptr.astype(np.int32)),
+        (csr.data[tmap], t.indices.astype(np.int32), t.indptr.astype(offsets)),
         shape=(csr.shape[1], csr.shape[0]),
     )
     name = f"{matrix.name}^T"
@@ -209,6 +213,8 @@ class TunedSparse(SparseOperand):
 
     def _transpose(self) -> tuple[Matrix, np.ndarray]:
         if self._transposed is None:
+            what = "building A^T for the backward pass"
+            check_room(self.matrix, what, transpose_bytes(self.matrix))
             self._transposed = transposed(self.matrix)
         return self._transposed
 

@@ -34,23 +34,24 @@ def _make_runner(**options: Any) -> Runner:
     return CpuRunner(**options)
 
 
+def measure_cost(width: int) -> Cost:
+    """Memory of measuring configs (``tune --verify``, ``collect``): the caller's CSR and the
+    measuring process's copy (12 bytes per nonzero each), one config packed at a time (the
+    csr family's pack peaks at 78 bytes per nonzero, measured on a 10^7-nnz powerlaw graph;
+    panel 90, reordered 23), B and one output at ``width`` floats per column / row, and
+    the reference of a sample of rows where the whole one does not fit (measure/check.py)."""
+    return Cost(24 + 4 * width, 16 + 4 * width, 12 + 12 + 78)
+
+
 @dataclass(frozen=True)
 class CpuTarget(Target):
     def runnable(self, matrix: Matrix, op: str, width: int) -> Callable[[Config], bool]:
         """A layout may exceed the size limit (20 x nnz, as WACO refuses): it depends on
-        where the nonzeros fall, so it is checked by packing."""
-        from cognate.targets.cpu import families
+        where the nonzeros fall, so it is decided from the matrix's row and column
+        statistics without packing (fits.py); the pack happens once, when a config runs."""
+        from cognate.targets.cpu.fits import size_check
 
-        source = families.pack_source(matrix)
-
-        def fits(config: Config) -> bool:
-            try:
-                families.pack(source, op, config.knobs, width)
-            except families.TooLarge:
-                return False
-            return True
-
-        return fits
+        return size_check(matrix, op, width)
 
     def timing_threads(self) -> int:
         from cognate.targets.cpu.measure.runner import omp_threads
@@ -125,8 +126,8 @@ TARGET = CpuTarget(
     exclusive=True,
     max_width=MAX_WIDTH,
     has_library=True,
-    # tune checks that its top picks can run by packing each one (an array per row;
-    # measured on a 10^7-nnz powerlaw graph: 32-99 bytes per nonzero per pack, the whole
-    # rank-only tune 1.5 GB over the loaded CSR, the sketch featurizer's ~1.1 GB included)
-    rank_cost=Cost(128, 16, 160),
+    # tune decides whether its top picks fit from row / column statistics (fits.py: 8 bytes
+    # per column and bounded chunks, no pack), so ranking costs what any target's does
+    rank_cost=Cost(48, 24, 64),
+    measure_cost=measure_cost,
 )

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
-from cognate.targets.cpu import families
+from cognate.targets.cpu import families, price
 from cognate.targets.cpu.call import BoundKernel, check_operands
 from cognate.targets.cpu.operands import (
     check_disjoint,
@@ -102,6 +102,11 @@ class TunedKernel:
         arrays = tuple(as_dense(a, f"operand {i}") for i, a in enumerate(operands))
         self.width = check_operands(op, matrix.shape, arrays)
         knobs = config.knobs if isinstance(config, Config) else config
+        family = families.family_of(knobs)
+        needed = price.kernel_bytes(matrix, op, knobs, self.width)
+        price.check_room(
+            matrix, f"packing A for a {family} {op} kernel of width {self.width}", needed
+        )
         self.call: BoundKernel = families.prepare(matrix, op, knobs, arrays)
         rows, cols = matrix.shape
         self._shapes = (

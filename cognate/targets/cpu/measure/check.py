@@ -71,3 +71,132 @@ def mismatch(result: np.ndarray, ref: np.ndarray, tol: np.ndarray) -> str | None
         f" (first at {tuple(int(i) for i in first)}: {float(result[first])!r}"
         f" vs {float(ref[first])!r})"
     )
+
+
+# --- the check on a sample of rows, where the whole-matrix reference is over the budget -------
+
+SAMPLE_SEED = 20240607
+HEAVIEST_ROWS = 64  # the longest rows (most terms: where a wrong accumulation shows most)
+EDGE_ROWS = 16  # the first and the last rows (off-by-one tiles and tails)
+RANDOM_ROWS = 4096
+
+
+def full_reference_bytes(csr: sp.csr_matrix, op: str, width: int) -> int:
+    """Peak bytes of ``reference`` on the whole matrix: A and the dense operands in float64,
+    the result, its absolute-value bound and the tolerance (SpMM: rows x width each)."""
+    rows, cols = csr.shape
+    a64 = 2 * 16 * int(csr.nnz)  # A and |A| in float64 with their indices
+    if op == "spmm":
+        return a64 + 2 * 8 * cols * width + 4 * 8 * rows * width
+    return a64 + 8 * (rows + cols) * width + 4 * 8 * int(csr.nnz)
+
+
+def sample_rows(csr: sp.csr_matrix, seed: int = SAMPLE_SEED) -> np.ndarray:
+    """A fixed sample of rows (sorted, distinct): the heaviest, the first and last, and
+    random ones from a seeded generator."""
+    rows = csr.shape[0]
+    lengths = np.diff(csr.indptr)
+    heavy = min(HEAVIEST_ROWS, rows)
+    heaviest = np.argpartition(lengths, rows - heavy)[rows - heavy :] if heavy else []
+    edges = np.r_[np.arange(min(EDGE_ROWS, rows)), np.arange(max(0, rows - EDGE_ROWS), rows)]
+    drawn = np.random.default_rng(seed).integers(0, rows, size=min(RANDOM_ROWS, rows))
+    return np.unique(np.concatenate([heaviest, edges, drawn]).astype(np.int64))
+
+
+class Reference:
+    """The float64 reference a result is checked against: of the whole matrix, or of a fixed
+    sample of rows (``sample_rows``) when the whole one is over the memory budget; the same
+    per-entry tolerance rule either way."""
+
+    def __init__(
+        self,
+        csr: sp.csr_matrix,
+        op: str,
+        operands: tuple[np.ndarray, ...],
+        rows: np.ndarray | None = None,
+    ) -> None:
+        self.op, self.rows, self.total_rows = op, rows, csr.shape[0]
+        self.entries: np.ndarray | None = None  # SDDMM: A's entries of the sampled rows
+        self.row_of = rows  # the row of each checked result row (SDDMM: of each entry)
+        if rows is None:
+            self.ref, self.tol = reference(csr, op, operands)
+            return
+        # The sampled rows alone, their columns renumbered to the ones they use: the
+        # reference then reads (and converts to float64) only those rows of B / Y.
+        part = csr[rows]
+        used, local = np.unique(part.indices, return_inverse=True)
+        part = sp.csr_matrix(
+            (part.data, local.astype(np.int32), part.indptr), (rows.size, used.size)
+        )
+        if op == "sddmm":
+            starts, ends = csr.indptr[rows], csr.indptr[rows + 1]
+            self.entries = np.concatenate(
+                [np.arange(s, e, dtype=np.int64) for s, e in zip(starts, ends, strict=True)]
+            )
+            self.row_of = np.repeat(rows, ends - starts)
+            operands = (operands[0][rows], operands[1][used])
+        else:
+            operands = (operands[0][used],)
+        self.ref, self.tol = reference(part, op, operands)
+
+    @property
+    def sampled(self) -> bool:
+        return self.rows is not None
+
+    def describe(self) -> str:
+        if self.rows is None:
+            return "every row"
+        return f"{self.rows.size} of {self.total_rows} rows (heaviest, first/last, random)"
+
+    def check(self, result: np.ndarray, slack: float = 1.0) -> str | None:
+        """None when ``result`` (the whole output) is within the tolerance times ``slack`` on
+        the checked rows, else a one-line reason naming the first bad row."""
+        if self.rows is None:
+            return mismatch(result, self.ref, slack * self.tol)
+        part = result[self.entries] if self.op == "sddmm" else result[self.rows]
+        problem = mismatch(part, self.ref, slack * self.tol)
+        if problem is None:
+            return None
+        error = np.abs(part.astype(np.float64) - self.ref)
+        bad = ~(error <= slack * self.tol + np.finfo(np.float32).tiny) & np.isfinite(self.tol)
+        first = int(np.argmax(bad.reshape(bad.shape[0], -1).any(axis=1)))
+        return f"{problem} (checked {self.describe()}; first bad row {int(self.row_of[first])})"
+
+
+# Bytes per stored entry of one packed A kept for a kernel (csr family: crd, values and each
+# nonzero's slot; the template families store less) and the peak of packing one (the csr
+# family's 64-bit level coordinates, sort key and permutation).
+PACKED_PER_ENTRY = 24
+PACK_PEAK_PER_ENTRY = 72
+
+
+def operand_bytes(csr: sp.csr_matrix, op: str, width: int) -> int:
+    """A's CSR and the dense inputs of a measurement (float32)."""
+    rows, cols = csr.shape
+    dense = cols if op == "spmm" else rows + cols
+    return 12 * int(csr.nnz) + 8 * rows + 4 * dense * width
+
+
+def kernel_bytes(csr: sp.csr_matrix, op: str, width: int) -> tuple[int, int]:
+    """(bytes one prepared kernel holds: its packed A and output; the peak of packing it)."""
+    rows = csr.shape[0]
+    out = 4 * rows * width if op == "spmm" else 4 * int(csr.nnz)
+    return PACKED_PER_ENTRY * int(csr.nnz) + 8 * rows + out, PACK_PEAK_PER_ENTRY * int(csr.nnz)
+
+
+def reference_for(
+    csr: sp.csr_matrix,
+    op: str,
+    operands: tuple[np.ndarray, ...],
+    held: int = 0,
+    budget: int | None = None,
+) -> Reference:
+    """The whole-matrix reference when it fits the memory budget beside the ``held`` bytes
+    of the rest of the measurement, else the reference of a fixed sample of rows."""
+    from cognate.budget import memory_budget
+
+    width = operands[0].shape[1]
+    allowed = (memory_budget() if budget is None else budget) - held
+    if full_reference_bytes(csr, op, width) <= allowed:
+        return Reference(csr, op, operands)
+    return Reference(csr, op, operands, sample_rows(csr))

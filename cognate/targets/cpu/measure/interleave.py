@@ -22,7 +22,9 @@ from cognate.targets.cpu.isa import host_isa
 from cognate.timing import (
     LEAD_IN_S,
     MIN_SAMPLE_S,
+    Timed,
     blocks,
+    calls_per_sample,
     interleaved,
     leaders,
     machine_load,
@@ -49,59 +51,114 @@ def _ticker(job: dict[str, Any], what: str, total: int) -> Callable[[int], None]
     return Ticker(what, total, every=0.0).update
 
 
-def _prepare(job: dict[str, Any]) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
-    """Pack, compile and check every config and library reference: the calls that may be
-    timed, and the outcome so far (statuses, errors, the library inspection times)."""
-    from cognate.runner import ERROR_CHARS
+def _inputs(job: dict[str, Any]) -> tuple[Any, Any, tuple[np.ndarray, ...]]:
+    """(matrix, its pack source, the dense operands) of a job."""
     from cognate.targets.cpu import families
-    from cognate.targets.cpu.measure.check import OPERAND_SEED, dense_operands, mismatch, reference
-    from cognate.targets.cpu.measure.library import library_calls
-    from cognate.util import one_line
+    from cognate.targets.cpu.measure.check import OPERAND_SEED, dense_operands
 
     matrix = load_job_matrix(job["npz"])
     source = families.pack_source(matrix)  # the structured view built once, if a family asks
-    op, width = job["op"], int(job["width"])
-    operands = dense_operands(op, matrix.shape, width, OPERAND_SEED)
-    ref, tol = reference(matrix.csr, op, operands)
+    operands = dense_operands(job["op"], matrix.shape, int(job["width"]), OPERAND_SEED)
+    return matrix, source, operands
+
+
+class LastPack:
+    """The packed A of the last config, reused by a next config of the same layout: vector
+    width / register tile variants of a plain CSR config differ in the kernel only (one
+    pack of 10^8 nonzeros takes tens of seconds)."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.packed: Any = None
+
+    @staticmethod
+    def layout_key(knobs: dict) -> tuple:
+        from cognate.targets.cpu.codegen import VECTOR_KNOBS
+
+        return tuple(sorted((k, str(v)) for k, v in knobs.items() if k not in VECTOR_KNOBS))
+
+    def pack(self, source: Any, op: str, knobs: dict, width: int) -> Any:
+        from cognate.targets.cpu import families
+
+        key = self.layout_key(knobs)
+        if key != self.key:
+            self.key, self.packed = None, None  # the previous layout goes first
+            self.packed, self.key = families.pack(source, op, knobs, width), key
+        return self.packed
+
+
+def _prepare_config(
+    job: dict[str, Any],
+    source: Any,
+    operands: tuple,
+    ref: Any,
+    knobs: dict,
+    packs: LastPack | None = None,
+) -> tuple[Callable[[], Any] | None, dict[str, Any], float]:
+    """Pack (or take ``packs``' packed A of the same layout), compile, run once and check one
+    config: (its call or None, its outcome entry, the first run's seconds)."""
+    from cognate.runner import ERROR_CHARS
+    from cognate.targets.cpu import families
+    from cognate.util import one_line
+
+    try:
+        if packs is None:
+            call = families.prepare(source, job["op"], knobs, operands)
+        else:
+            packed = packs.pack(source, job["op"], knobs, int(job["width"]))
+            call = families.bind(packed, knobs, operands)
+        start = time.perf_counter()
+        call()
+        first_s = time.perf_counter() - start
+        problem = ref.check(call.result())
+    except families.TooLarge as exc:
+        return None, {"status": "too_large", "error": one_line(exc, ERROR_CHARS)}, 0.0
+    except Exception as exc:  # noqa: BLE001 - one bad config is a record, not a crash
+        return None, {"status": "error", "error": one_line(exc, ERROR_CHARS)}, 0.0
+    if problem:  # a wrong kernel never produces a timing
+        return None, {"status": "error", "error": problem}, first_s
+    limit = job.get("timeout_s", TIMEOUT_S)
+    if first_s > limit:  # the cpu runner's per-run limit
+        why = f"one run took {first_s:.3g} s, over the {limit:g} s limit"
+        return None, {"status": "timeout", "error": why}, first_s
+    return call.argv_call(), {"status": "ok"}, first_s  # called as TunedKernel calls it
+
+
+def _prepare_library(lib: Any, ref: Any) -> tuple[Callable[[], Any] | None, str | None]:
+    """Run a library reference once and check it (4 x the kernels' tolerance)."""
+    lib.run()
+    problem = ref.check(np.asarray(lib.result()), slack=4.0)
+    return (None, f"result wrong: {problem}") if problem else (lib.run, None)
+
+
+def _prepare(
+    job: dict[str, Any], matrix: Any, source: Any, operands: tuple, ref: Any
+) -> tuple[dict[str, Callable[[], Any]], dict[str, Any]]:
+    """Pack, compile and check every config and library reference: the calls that may be
+    timed, and the outcome so far (statuses, errors, the library inspection times)."""
+    from cognate.targets.cpu.measure.library import library_calls
+
     calls: dict[str, Callable[[], Any]] = {}
     outcome: dict[str, Any] = {"configs": {}, "library": {}, "library_missing": {}}
     tick = _ticker(job, "verify: compiled and checked", len(job["configs"]))
     for done, entry in enumerate(job["configs"]):
         tick(done)  # the count so far, as the next config starts
-        key, knobs = entry["key"], entry["knobs"]
-        try:
-            call = families.prepare(source, op, knobs, operands)
-            start = time.perf_counter()
-            call()
-            first_s = time.perf_counter() - start
-            problem = mismatch(call.result(), ref, tol)
-        except families.TooLarge as exc:
-            outcome["configs"][key] = {"status": "too_large", "error": one_line(exc, ERROR_CHARS)}
-            continue
-        except Exception as exc:  # noqa: BLE001 - one bad config is a record, not a crash
-            outcome["configs"][key] = {"status": "error", "error": one_line(exc, ERROR_CHARS)}
-            continue
-        if problem:  # a wrong kernel never produces a timing
-            outcome["configs"][key] = {"status": "error", "error": problem}
-            continue
-        if first_s > job.get("timeout_s", TIMEOUT_S):  # the cpu runner's per-run limit
-            why = f"one run took {first_s:.3g} s, over the {job.get('timeout_s', TIMEOUT_S):g} s limit"
-            outcome["configs"][key] = {"status": "timeout", "error": why}
-            continue
-        outcome["configs"][key] = {"status": "ok"}
-        calls[key] = call.argv_call()  # as TunedKernel calls it for the user
+        call, outcome["configs"][entry["key"]], _ = _prepare_config(
+            job, source, operands, ref, entry["knobs"]
+        )
+        if call is not None:
+            calls[entry["key"]] = call
     tick(len(job["configs"]))
     if job.get("library", True):
-        found, missing = library_calls(matrix.csr, op, operands, job.get("threads"))
+        found, missing = library_calls(matrix.csr, job["op"], operands, job.get("threads"))
         outcome["library_missing"] = missing
         for lib in found:
-            lib.run()
-            problem = mismatch(np.asarray(lib.result()), ref, 4 * tol)
-            if problem:
-                outcome["library_missing"][lib.name] = f"result wrong: {problem}"
+            run, problem = _prepare_library(lib, ref)
+            if run is None:
+                outcome["library_missing"][lib.name] = problem
                 continue
             outcome["library"][lib.name] = {"inspect_s": lib.inspect_s}
-            calls[f"lib:{lib.name}"] = lib.run
+            calls[f"lib:{lib.name}"] = run
     return calls, outcome
 
 
@@ -134,22 +191,41 @@ def load_job_matrix(path: str) -> Any:
     return Matrix("A", csr, source="tune --verify", **perms)
 
 
+def held_bytes(csr: Any, op: str, width: int, calls: int) -> int:
+    """What the job holds besides the reference with ``calls`` kernels prepared at once: A,
+    the dense inputs, each call's packed A and output, and one pack's temporaries."""
+    from cognate.targets.cpu.measure.check import kernel_bytes, operand_bytes
+
+    packed, peak = kernel_bytes(csr, op, width)
+    return operand_bytes(csr, op, width) + calls * packed + peak
+
+
 def run_job(job: dict[str, Any]) -> dict[str, Any]:
     """Prepare and check everything, then under the machine-wide timing lock read the load
     and time all calls in interleaved rounds; re-measure the two leading configs (baseline
-    included) head to head when their medians are within their spreads."""
-    calls, outcome = _prepare(job)
-    configs = [key for key in outcome["configs"] if key in calls]
+    included) head to head when their medians are within their spreads.
 
-    def waiting(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
+    When holding every prepared call at once would pass half the memory budget (10^8
+    nonzeros at width 128: an output alone is gigabytes), the calls are prepared, checked
+    and timed one at a time instead (``_run_one_at_a_time``)."""
+    from cognate.budget import memory_budget
+    from cognate.targets.cpu.measure.check import reference_for
+
+    matrix, source, operands = _inputs(job)
+    op, width = job["op"], int(job["width"])
+    calls_wanted = len(job["configs"]) + (2 if job.get("library", True) else 0)
+    together = held_bytes(matrix.csr, op, width, calls_wanted)
+    if job.get("one_at_a_time") or together > memory_budget() // 2:
+        return _run_one_at_a_time(job, matrix, source, operands)
+    ref = reference_for(matrix.csr, op, operands, held=together)
+    calls, outcome = _prepare(job, matrix, source, operands, ref)
+    outcome["checked"] = ref.describe()
+    configs = [key for key in outcome["configs"] if key in calls]
 
     policy = wait_policy()
     lead_in = policy != "passive"
-    with timing_lock(on_wait=waiting):
-        load = machine_load(job.get("threads"))
-        outcome["load"] = {**load.as_dict(), "line": load.line(), "omp_wait_policy": policy}
-        outcome["load"]["isa"] = host_isa().line()
+    with timing_lock(on_wait=_waiting):
+        outcome["load"] = _load(job, policy)
         rounds, sample_s = job.get("rounds", ROUNDS), job.get("min_sample_s", MIN_SAMPLE_S)
         on_round = _ticker(job, f"verify: timing {len(calls)} calls, rounds", rounds)
         if lead_in:  # spinning waits: blocks, 0.25 s alone after another runtime's calls
@@ -169,6 +245,22 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
                 timed.update(again)
                 remeasured = [first, second]
     outcome["remeasured"] = remeasured
+    _record(outcome, timed)
+    return outcome
+
+
+def _waiting(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def _load(job: dict[str, Any], policy: str) -> dict[str, Any]:
+    load = machine_load(job.get("threads"))
+    found = {**load.as_dict(), "line": load.line(), "omp_wait_policy": policy}
+    found["isa"] = host_isa().line()
+    return found
+
+
+def _record(outcome: dict[str, Any], timed: dict[str, Any]) -> None:
     for name, t in timed.items():
         entry = {"runtime_s": t.median, "spread_s": t.spread, "range_s": t.range}
         entry["rounds"] = len(t.samples)
@@ -176,7 +268,83 @@ def run_job(job: dict[str, Any]) -> dict[str, Any]:
             outcome["library"][name[4:]].update(entry)
         else:
             outcome["configs"][name].update(entry)
+
+
+def _run_one_at_a_time(
+    job: dict[str, Any], matrix: Any, source: Any, operands: tuple
+) -> dict[str, Any]:
+    """Each config, then each library reference, prepared, checked and timed alone (its own
+    calls for at least LEAD_IN_S, then ``rounds`` timed blocks), and released before the
+    next: one packed A and one output held at a time. Calls of over ``SLOW_CALL_S`` get
+    ``SLOW_ROUNDS`` rounds (the spread is reported with every median); no re-measure."""
+    from cognate.targets.cpu.measure.check import reference_for
+    from cognate.targets.cpu.measure.library import LIBRARY_ERRORS, library_makers
+
+    op, width = job["op"], int(job["width"])
+    ref = reference_for(matrix.csr, op, operands, held=held_bytes(matrix.csr, op, width, 1))
+    outcome: dict[str, Any] = {"configs": {}, "library": {}, "library_missing": {}}
+    outcome["checked"], outcome["timing"] = ref.describe(), "one at a time"
+    timed: dict[str, Any] = {}
+    policy = wait_policy()
+    with timing_lock(on_wait=_waiting):
+        outcome["load"] = _load(job, policy)
+        packs = LastPack()
+        # Configs of one layout next to each other: each layout packed once.
+        entries = sorted(job["configs"], key=lambda e: LastPack.layout_key(e["knobs"]))
+        tick = _ticker(job, "verify: checked and timed one at a time", len(entries))
+        for done, entry in enumerate(entries):
+            tick(done)
+            key = entry["key"]
+            call, outcome["configs"][key], first_s = _prepare_config(
+                job, source, operands, ref, entry["knobs"], packs
+            )
+            if call is not None:
+                timed[key] = _time_alone(key, call, first_s, job)
+            del call  # its output goes before the next config's
+        tick(len(entries))
+        del packs
+        if job.get("library", True):
+            for name, make in library_makers(matrix.csr, op, operands, job.get("threads")):
+                try:
+                    lib = make()
+                except LIBRARY_ERRORS as exc:
+                    outcome["library_missing"][name] = " ".join(str(exc).split())
+                    continue
+                start = time.perf_counter()
+                run, problem = _prepare_library(lib, ref)
+                first_s = time.perf_counter() - start
+                if run is None:
+                    outcome["library_missing"][name] = problem
+                else:
+                    outcome["library"][name] = {"inspect_s": lib.inspect_s}
+                    timed[f"lib:{name}"] = _time_alone(name, run, first_s, job)
+                del lib, run
+    outcome["remeasured"] = []
+    _record(outcome, timed)
     return outcome
+
+
+SLOW_CALL_S = 0.5
+SLOW_ROUNDS = 3
+
+
+def _time_alone(name: str, call: Callable[[], Any], first_s: float, job: dict[str, Any]) -> Timed:
+    """Its own calls for at least LEAD_IN_S (other runtimes' threads stop spinning), then
+    ``rounds`` consecutive timed blocks of at least ``min_sample_s`` each."""
+    rounds = job.get("rounds", ROUNDS)
+    if first_s > SLOW_CALL_S:
+        rounds = min(rounds, SLOW_ROUNDS)
+    number = calls_per_sample(call, job.get("min_sample_s", MIN_SAMPLE_S)) if first_s < 1 else 1
+    quiet_at = time.perf_counter() + LEAD_IN_S
+    while time.perf_counter() < quiet_at:
+        call()
+    timed = Timed(name)
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(number):
+            call()
+        timed.samples.append((time.perf_counter() - start) / number)
+    return timed
 
 
 def main(argv: list[str]) -> None:

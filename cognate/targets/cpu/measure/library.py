@@ -230,22 +230,29 @@ def torch_sddmm_call(csr: sp.csr_matrix, x: np.ndarray, y: np.ndarray) -> Librar
     return LibraryCall("torch.sparse.sampled_addmm", run, lambda: box[0].values().numpy())
 
 
+def library_makers(
+    csr: sp.csr_matrix, op: str, operands: tuple[np.ndarray, ...], threads: int | None = None
+) -> list[tuple[str, Callable[[], LibraryCall]]]:
+    """(name, make) of each library reference of ``op``: ``make`` prepares it (inspects A)."""
+    if op == "spmm":
+        return [
+            ("mkl-ie", lambda: mkl_spmm_call(csr, operands[0], threads)),
+            ("torch.sparse.mm", lambda: torch_spmm_call(csr, operands[0])),
+        ]
+    return [("torch.sparse.sampled_addmm", lambda: torch_sddmm_call(csr, *operands))]
+
+
+LIBRARY_ERRORS = (CognateError, ImportError, RuntimeError)  # a library that cannot run here
+
+
 def library_calls(
     csr: sp.csr_matrix, op: str, operands: tuple[np.ndarray, ...], threads: int | None = None
 ) -> tuple[list[LibraryCall], dict[str, str]]:
     """The library references of ``op`` that can run here, and why the others cannot."""
-    makers: list[tuple[str, Callable[[], LibraryCall]]]
-    if op == "spmm":
-        makers = [
-            ("mkl-ie", lambda: mkl_spmm_call(csr, operands[0], threads)),
-            ("torch.sparse.mm", lambda: torch_spmm_call(csr, operands[0])),
-        ]
-    else:
-        makers = [("torch.sparse.sampled_addmm", lambda: torch_sddmm_call(csr, *operands))]
     calls, missing = [], {}
-    for name, make in makers:
+    for name, make in library_makers(csr, op, operands, threads):
         try:
             calls.append(make())
-        except (CognateError, ImportError, RuntimeError) as exc:
+        except LIBRARY_ERRORS as exc:
             missing[name] = " ".join(str(exc).split())
     return calls, missing

@@ -109,11 +109,13 @@ def verify(
             target, matrix, op, width, configs, progress, runner_options, threads, exc
         )
     load = outcome["load"]
-    found = Verification([], "interleaved", load, list(outcome["remeasured"]))
+    timing = outcome.get("timing", "interleaved")
+    found = Verification([], timing, load, list(outcome["remeasured"]))
+    found.checked = outcome.get("checked")
     _take_library(found, outcome)
     for config in configs:
         got = outcome["configs"][config.hash]
-        counters = {"verify": "interleaved", "rounds": got.get("rounds"), "load": load}
+        counters = {"verify": timing, "rounds": got.get("rounds"), "load": load}
         counters["remeasured"] = config.hash in found.remeasured
         m = Measurement(
             config, got["status"], got.get("runtime_s"), got.get("spread_s"), counters,

@@ -34,7 +34,13 @@ from cognate.lifetime import die_with_parent
 from cognate.runner import ERROR_CHARS
 from cognate.stats import timing_spread
 from cognate.targets.cpu import families
-from cognate.targets.cpu.measure.check import OPERAND_SEED, dense_operands, mismatch, reference
+from cognate.targets.cpu.measure.check import (
+    OPERAND_SEED,
+    dense_operands,
+    kernel_bytes,
+    operand_bytes,
+    reference_for,
+)
 
 
 class _MatrixState:
@@ -55,7 +61,9 @@ class _MatrixState:
         self.op, self.width = op, int(width)
         self.source = families.PackSource(csr, row_perm, col_perm)  # its view built once
         self.operands = dense_operands(op, csr.shape, width, OPERAND_SEED)
-        self.ref, self.tol = reference(csr, op, self.operands)
+        packed, peak = kernel_bytes(csr, op, width)  # one config packed at a time
+        held = operand_bytes(csr, op, width) + packed + peak
+        self.reference = reference_for(csr, op, self.operands, held)  # sampled if over budget
 
 
 def plan_samples(job: dict[str, Any], first_s: float) -> tuple[int, int, int]:
@@ -85,7 +93,7 @@ def _run_job(conn: Connection, state: _MatrixState, job: dict[str, Any]) -> None
     start = time.perf_counter()
     call()
     first_s = time.perf_counter() - start
-    problem = mismatch(call.result(), state.ref, state.tol)
+    problem = state.reference.check(call.result())
     if problem:
         conn.send(("error", problem))
         return
