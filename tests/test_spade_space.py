@@ -17,10 +17,11 @@ def target():
 
 
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
-def test_space_has_256_distinct_configs_with_the_paper_baseline(target, op):
+def test_space_has_448_distinct_configs_with_the_paper_baseline(target, op):
     space = target.space(op)
     configs = space.candidates(0, 0, (100, 100))
-    assert len(configs) == 256 == len({c.hash for c in configs})
+    assert len(configs) == 448 == len({c.hash for c in configs})
+    assert space.values["rp"] == [4, 8, 16, 32, 64, 256, 1024]
     base = space.baseline((100, 100))
     assert dict(base.knobs) == {
         "rp": 256, "cp": "all", "barrier": False, "bypass": False, "split": 1, "sched": "static"

@@ -1,4 +1,4 @@
-"""The spade schedule spaces (configs/spade-spmm.yaml, configs/spade-sddmm.yaml): 256 configs.
+"""The spade schedule spaces (configs/spade-spmm.yaml, configs/spade-sddmm.yaml): 448 configs.
 
 Knobs: ``rp`` (rows per row panel), ``cp`` (columns per column panel, or "all"),
 ``barrier``, ``bypass``, ``split`` (dense passes per tile) and ``sched`` (static | dynamic).
@@ -33,7 +33,7 @@ SCHEDS: tuple[str, ...] = ("static", "dynamic")
 
 
 class SpadeSpace(Space):
-    """The 256-config spade space of one op (``configs/<target>-<op>.yaml``)."""
+    """The 448-config spade space of one op (``configs/<target>-<op>.yaml``)."""
 
     target = "spade"
 
@@ -58,6 +58,22 @@ class SpadeSpace(Space):
         if set(self.values["sched"]) - set(SCHEDS):
             raise CognateError(f"{where}: sched values must be static or dynamic")
         self._baseline = self.validate(data.get("baseline") or {})
+        compatible = data.get("compatible_versions") or []
+        if not isinstance(compatible, list) or not all(isinstance(v, str) for v in compatible):
+            raise CognateError(f"{where}: compatible_versions must be a list of version strings")
+        self.compatible_versions: tuple[str, ...] = tuple(compatible)
+
+    def accepts_version(self, version: str) -> bool:
+        """Current, or a listed earlier version: a subset of this space's configs on the
+        same machine, so its records are measurements of this space's configs."""
+        return version == self.version or version in self.compatible_versions
+
+    def reads_models_of(self, version: str) -> bool:
+        """A compatible version has the same knobs with fewer rp values, and rp reaches the
+        model only as log2 of the row strip (``loop_nest``): its models rank this space,
+        reading rp values they were not trained on as strip sizes between or below the
+        ones they were."""
+        return self.accepts_version(version)
 
     def _check(self, knobs: Mapping[str, Any]) -> dict[str, Any]:
         if set(knobs) != set(KNOB_NAMES):
@@ -95,7 +111,7 @@ class SpadeSpace(Space):
     def candidates(
         self, n: int = 0, seed: int = 0, shape: tuple[int, int] | None = None
     ) -> list[Config]:
-        """The whole space: 256 configs are scored exhaustively."""
+        """The whole space: its 448 configs are scored exhaustively."""
         return self.all_configs()
 
     def schedule(self, config: Config) -> Schedule:
