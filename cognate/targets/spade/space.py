@@ -58,10 +58,43 @@ class SpadeSpace(Space):
         if set(self.values["sched"]) - set(SCHEDS):
             raise CognateError(f"{where}: sched values must be static or dynamic")
         self._baseline = self.validate(data.get("baseline") or {})
-        compatible = data.get("compatible_versions") or []
-        if not isinstance(compatible, list) or not all(isinstance(v, str) for v in compatible):
-            raise CognateError(f"{where}: compatible_versions must be a list of version strings")
-        self.compatible_versions: tuple[str, ...] = tuple(compatible)
+        self._earlier = self._earlier_versions(data.get("compatible_versions") or {}, where)
+        self.compatible_versions: tuple[str, ...] = tuple(self._earlier)
+
+    def _earlier_versions(self, listed: Any, where: str) -> dict[str, dict[str, list[Any]]]:
+        """``compatible_versions``: earlier version -> the knob values it had where they
+        differ from this space's (each a subset of this space's values)."""
+        if not isinstance(listed, dict):
+            raise CognateError(f"{where}: compatible_versions must map versions to knob values")
+        out = {}
+        for version, values in listed.items():
+            ok = isinstance(version, str) and isinstance(values, dict)
+            ok = ok and all(
+                k in self.values and isinstance(v, list) and v and set(v) <= set(self.values[k])
+                for k, v in values.items()
+            )
+            if not ok:
+                raise CognateError(
+                    f"{where}: compatible version {version!r} must list a subset of the "
+                    "knob values of this space"
+                )
+            out[version] = {**self.values, **values}
+        return out
+
+    def complete_config_sets(self) -> list[set[str]]:
+        """The config hashes that make a matrix 'measured on every config': this space's,
+        then each compatible version's. A matrix measured on every config of an earlier
+        version (and nothing else) has its oracle over that version's space."""
+        sets = [{c.hash for c in self.all_configs()}]
+        for values in self._earlier.values():
+            combos = itertools.product(*(values[k] for k in KNOB_NAMES))
+            sets.append(
+                {
+                    Config(self.target, self.op, dict(zip(KNOB_NAMES, c, strict=True))).hash
+                    for c in combos
+                }
+            )
+        return sets
 
     def accepts_version(self, version: str) -> bool:
         """Current, or a listed earlier version: a subset of this space's configs on the
