@@ -7,7 +7,7 @@ over nnz (below --max-nnz), so a re-collection that cannot afford the corpus sti
 every kind and the nnz range. Generated matrices are taken only where their file is in
 the corpus folder (regenerating the scale set costs minutes per file), so the pick depends
 on which generated files exist: the sample the per-width records were collected on is
-data/records/widths/matrices.txt.
+docs/evaluation/widths-matrices.txt.
 
     python scripts/spade_width_sample.py > matrices.txt   # one path per line
 """
