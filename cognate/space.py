@@ -94,6 +94,11 @@ class Space(ABC):
         current version only, unless a space lists compatible earlier versions."""
         return version == self.version
 
+    def reads_models_of(self, version: str) -> bool:
+        """Whether a model trained in space version ``version`` can rank this space: the
+        current version only, unless a space's configs encode the same way in both."""
+        return version == self.version
+
     def candidates(self, n: int, seed: int, shape: tuple[int, int]) -> list[Config]:
         """The set a search scores; small spaces override this to enumerate everything."""
         return self.sample(n, seed, shape)

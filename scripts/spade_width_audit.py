@@ -11,6 +11,12 @@ rp values.
 
     python scripts/spade_width_audit.py --sample 10 --workers 2 --csv audit.csv
     python scripts/spade_width_audit.py --from-csv audit.csv      # the tables only
+    python scripts/spade_width_audit.py --db STORE --op sddmm     # from collected records
+
+With ``--db`` the tables come from a record store's spade records of the current space
+(matrices measured on every config, at every width the store holds) instead of new
+simulations; ``--shipped-models`` adds, per width, the top-1 of the shipped spade model
+(data/models, trained on the space before rp 4 / 8 / 32 existed) ranking the whole space.
 """
 
 from __future__ import annotations
@@ -89,7 +95,38 @@ def audit_one(relative: str) -> list[dict]:
     return rows
 
 
-def tables(frame: pd.DataFrame) -> str:
+def store_frame(db: Path, op: str) -> pd.DataFrame:
+    """The store's ok spade records of ``op`` on matrices measured on every config of the
+    current space at a width, as the frame ``audit_one`` builds (one row per run)."""
+    from cognate.records import record_frame
+    from cognate.targets import get_target
+
+    space = get_target("spade").space(op)
+    frame = record_frame(db, space)
+    frame = frame[frame.status == "ok"]
+    size = len(space.all_configs())
+    complete = frame.groupby(["matrix_sha256", "width"]).config_hash.transform("nunique")
+    frame = frame[complete == size]
+    if frame.empty:
+        raise CognateError(f"{db}: no spade {op} matrix measured on all {size} configs")
+    knobs = pd.DataFrame([json.loads(c) for c in frame.config], index=frame.index)
+    return pd.concat(
+        [frame[["matrix", "nnz", "width"]], knobs[list(KNOBS)], frame.runtime_s.rename("seconds")],
+        axis=1,
+    )
+
+
+def leave_one_out_share(group: pd.DataFrame) -> float:
+    """Geomean share of the oracle of the config chosen on the other matrices (the best
+    geomean share there), on each matrix in turn: a fixed config that is not in-sample."""
+    shares = group.pivot_table(index="matrix", columns="config", values="share")
+    logs = np.log(shares)
+    total = logs.sum()
+    picked = [logs.loc[m, (total - logs.loc[m]).idxmax()] for m in shares.index]
+    return float(np.exp(np.mean(picked)))
+
+
+def tables(frame: pd.DataFrame, op: str = "spmm") -> str:
     """The per-width audit as markdown."""
     frame = frame.copy()
     for knob in KNOBS:  # compare as text: a CSV reads cp back as strings
@@ -102,7 +139,7 @@ def tables(frame: pd.DataFrame) -> str:
         group = group.assign(share=ratio)
         matrices = group.matrix.nunique()
         out.append(
-            f"#### spade spmm, N = {width}: {matrices} matrices, {group.config.nunique()} configs\n"
+            f"#### spade {op}, N = {width}: {matrices} matrices, {group.config.nunique()} configs\n"
         )
         out.append(
             "| knob | value | oracle takes it | best config with it, % of oracle | within 5% |"
@@ -131,7 +168,9 @@ def tables(frame: pd.DataFrame) -> str:
             f"(geomean). The new rp values speed the oracle up {gain:.3f}x over the shipped "
             f"space's oracle. In the shipped space (rp in {list(SHIPPED_RP)}) the best fixed "
             f"config {_knobs(shipped_best.idxmax())} reaches {shipped_best.max():.1%} of "
-            f"that space's oracle."
+            f"that space's oracle. Chosen on the other matrices (leave one out), the best "
+            f"fixed config reaches {leave_one_out_share(group):.1%} of the oracle; "
+            f"{_oracle_configs(group)} distinct configs are some matrix's oracle."
         )
         out.append("")
     everywhere = frame.assign(share=_shares(frame)).groupby("config").share
@@ -141,6 +180,41 @@ def tables(frame: pd.DataFrame) -> str:
         f"{everywhere.max():.1%} of the per-width oracle (geomean over matrices and widths)."
     )
     return "\n".join(out)
+
+
+def _oracle_configs(group: pd.DataFrame) -> int:
+    return group.loc[group.groupby("matrix").seconds.idxmin(), "config"].nunique()
+
+
+def shipped_model_lines(db: Path, op: str) -> list[str]:
+    """Per width: the shipped model's first pick (``cognate tune``'s order: its portfolio,
+    then its scores) over the whole space, as a share of the oracle, and how often it
+    picks an rp value the model was not trained on."""
+    from cognate.model.cost_model import CostModel, shipped_model_path
+    from cognate.records import load_runs
+    from cognate.targets import get_target
+
+    space = get_target("spade").space(op)
+    model = CostModel.load(shipped_model_path("spade", op), space)
+    size = len(space.all_configs())
+    lines = []
+    by_width: dict[int, list[tuple[float, bool]]] = {}
+    for run in load_runs(db, space):
+        if len(run.configs) != size:
+            continue
+        order = model.order(run.configs, model.predict(run.matrix, run.configs, run.width))
+        pick = run.configs[int(order[0])]
+        share = float(run.runtimes.min() / run.runtimes[int(order[0])])
+        by_width.setdefault(run.width, []).append((share, pick["rp"] not in SHIPPED_RP))
+    for width, picks in sorted(by_width.items()):
+        shares = np.array([s for s, _ in picks])
+        new_rp = np.mean([n for _, n in picks])
+        lines.append(
+            f"- N = {width}: shipped {op} model's top-1 {np.exp(np.log(shares).mean()):.1%} of "
+            f"the oracle (geomean over {len(picks)} matrices); picks a new rp value on "
+            f"{new_rp:.0%} of them"
+        )
+    return lines
 
 
 def _knobs(config: str) -> dict:
@@ -162,7 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--csv", type=Path)
     parser.add_argument("--from-csv", type=Path)
+    parser.add_argument("--db", type=Path, help="a record store: tables from its records")
+    parser.add_argument("--op", choices=("spmm", "sddmm"), default="spmm")
+    parser.add_argument("--shipped-models", action="store_true")
     args = parser.parse_args(argv)
+    if args.db:
+        print(tables(store_frame(args.db, args.op), args.op))
+        if args.shipped_models:
+            print("\n".join(["", *shipped_model_lines(args.db, args.op)]))
+        return 0
     if args.from_csv:
         frame = pd.read_csv(args.from_csv)
     else:

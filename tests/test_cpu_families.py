@@ -122,7 +122,7 @@ def test_old_versions_are_accepted_as_the_csr_family(op: str) -> None:
     assert space.version != OLD[op]["version"]
     assert space.accepts_version(OLD[op]["version"]) and space.accepts_version(space.version)
     assert not space.accepts_version("000000000000")
-    spade = SpadeSpace(op)  # the default: the current version only
+    spade = SpadeSpace(op)  # its own earlier versions only, never a cpu one
     assert spade.accepts_version(spade.version) and not spade.accepts_version(OLD[op]["version"])
 
 

@@ -444,6 +444,16 @@ def test_the_preset_width_selects_the_target_records(quick_out: Path) -> None:
         harness.prepare_op(db, at64, "spmm", lambda _: None)
 
 
+def test_the_width_option_overrides_the_preset_width(quick_out: Path, tmp_path: Path) -> None:
+    """`--width` picks the target records of that width, as the preset's width field does."""
+    db = quick_out / "records.collected.db"
+    args = ["evaluate", "--quick", "--db", str(db), "--out", str(tmp_path), "--width", "64"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0
+    assert "no spade-spmm records at width 64" in result.output
+    assert "Traceback" not in result.output
+
+
 def test_transfer_answers_pair_tl_with_nt() -> None:
     from cognate.evaluate import report
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -17,10 +19,11 @@ def target():
 
 
 @pytest.mark.parametrize("op", ["spmm", "sddmm"])
-def test_space_has_256_distinct_configs_with_the_paper_baseline(target, op):
+def test_space_has_448_distinct_configs_with_the_paper_baseline(target, op):
     space = target.space(op)
     configs = space.candidates(0, 0, (100, 100))
-    assert len(configs) == 256 == len({c.hash for c in configs})
+    assert len(configs) == 448 == len({c.hash for c in configs})
+    assert space.values["rp"] == [4, 8, 16, 32, 64, 256, 1024]
     base = space.baseline((100, 100))
     assert dict(base.knobs) == {
         "rp": 256, "cp": "all", "barrier": False, "bypass": False, "split": 1, "sched": "static"
@@ -103,3 +106,28 @@ def test_reused_runner_matches_fresh_runners_across_matrices(target, shared):
     reused = runner.measure(second, "spmm", 32, configs)
     fresh = target.runner().measure(second, "spmm", 32, configs)
     assert reused[0].status == "ok" and reused[0].runtime_s == fresh[0].runtime_s
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_the_earlier_256_config_space_stays_readable(target, op):
+    """The rp 16/64/256/1024 space's records are this space's (compatible version), and a
+    matrix measured on exactly its 256 configs counts as measured on every config."""
+    space = target.space(op)
+    (earlier,) = space.compatible_versions
+    assert space.accepts_version(earlier) and space.reads_models_of(earlier)
+    assert not space.accepts_version("000000000000")
+    every, old = space.complete_config_sets()
+    assert len(every) == 448 and len(old) == 256 and old < every
+    assert old == {c.hash for c in space.all_configs() if c["rp"] in (16, 64, 256, 1024)}
+
+
+def test_a_compatible_version_must_list_a_subset_of_the_knob_values(target, tmp_path, monkeypatch):
+    from cognate.targets.spade.space import SpadeSpace
+
+    text = (Path(__file__).parents[1] / "configs" / "spade-spmm.yaml").read_text()
+    bad = text.replace("{rp: [16, 64, 256, 1024]}", "{rp: [16, 2048]}")
+    assert bad != text
+    (tmp_path / "spade-spmm.yaml").write_text(bad)
+    monkeypatch.setattr("cognate.space.configs_dir", lambda: tmp_path)
+    with pytest.raises(CognateError, match="subset of the knob values"):
+        SpadeSpace("spmm")

@@ -71,9 +71,9 @@ def spade_space():
 
 @pytest.fixture(scope="module")
 def spade_runs(suitesparse_files, spade_space) -> list[MatrixRuns]:
-    """Every 4th config of the spade space (64) plus the baseline, simulated per matrix."""
+    """Every 7th config of the spade space (64) plus the baseline, simulated per matrix."""
     runner = get_target("spade").runner()
-    configs = spade_space.candidates()[::4]
+    configs = spade_space.candidates()[::7]
     runs = []
     for path in suitesparse_files:
         matrix = load_matrix(path)
@@ -122,7 +122,7 @@ def test_encoder_shapes_and_values_on_spade(spade_space) -> None:
     features = encoder.encode(configs, shape, WIDTH)
     knob_dim = RawKnobEncoder(spade_space).dim
     assert encoder.dim == LoopNestEncoder.dim + knob_dim == 39 + 2
-    assert features.shape == (256, encoder.dim) and features.dtype == torch.float32
+    assert features.shape == (448, encoder.dim) and features.dtype == torch.float32
     for config, row in zip(configs, features, strict=True):
         nest = spade_space.loop_nest(config, shape, WIDTH)
         expected = [np.log2(nest.i_split), np.log2(nest.j_split), np.log2(nest.k_split)]
@@ -131,7 +131,7 @@ def test_encoder_shapes_and_values_on_spade(spade_space) -> None:
             row[3:39].numpy().reshape(6, 6), permutation_matrix(nest.order)
         )
         np.testing.assert_array_equal(row[39:].numpy(), spade_space.knob_features(config))
-    assert len({tuple(r.tolist()) for r in features}) == 256  # every config distinguishable
+    assert len({tuple(r.tolist()) for r in features}) == 448  # every config distinguishable
 
 
 def test_encoder_on_cpu_space() -> None:
@@ -277,6 +277,25 @@ def test_checkpoint_for_another_space_version_is_an_error(trained, spade_space) 
         load_checkpoint(path, changed)
     with pytest.raises(CognateError, match="trained for space spade-spmm"):
         load_checkpoint(path, get_target("spade").space("sddmm"))
+
+
+def test_checkpoint_of_a_compatible_space_version_ranks_this_space(
+    trained, spade_runs, spade_space
+) -> None:
+    """A model trained before the space gained rp values loads and scores every config of
+    the later space (rp reaches it as log2 of the row strip, so new values encode too)."""
+    _, path = trained
+    later = copy.copy(spade_space)
+    later.version, later.compatible_versions = "000000000000", (spade_space.version,)
+    model, encoder, meta = load_checkpoint(path, later)
+    assert meta["space"]["version"] == spade_space.version
+    configs = later.candidates()
+    scores = model.predict(spade_runs[0].matrix, configs, WIDTH, encoder)
+    assert len(scores) == len(configs) == 448 and np.isfinite(scores).all()
+    unrelated = copy.copy(spade_space)
+    unrelated.version, unrelated.compatible_versions = "000000000000", ()
+    with pytest.raises(CognateError, match="retrain it"):
+        load_checkpoint(path, unrelated)
 
 
 def test_garbage_checkpoint_is_an_error(tmp_path: Path, spade_space) -> None:

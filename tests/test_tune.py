@@ -69,7 +69,7 @@ def spade_model(shared: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("spade-model")
     files = _files(shared, SPADE_TRAIN)
     summary = collect("spade", "spmm", WIDTH, files, db_path=tmp / "r.db", all_configs=True, jobs=1)
-    assert summary.exit_code == 0 and summary.statuses["ok"] == 256 * len(files)
+    assert summary.exit_code == 0 and summary.statuses["ok"] == 448 * len(files)
     return _train_model("spade", "spmm", tmp / "r.db", tmp / "spade-spmm.safetensors")
 
 
@@ -113,7 +113,7 @@ def test_json_schema_and_top_k_are_the_lowest_scores(spade_model, tuned, capsys)
         assert key in got
     assert "speedup_vs_baseline" in got and "speedup_vs_library" not in got  # spade: no library
     assert (got["matrix"], got["target"], got["op"], got["width"]) == (TUNED, "spade", "spmm", 32)
-    assert got["scored"] == 256 and not got["verified"]
+    assert got["scored"] == 448 and not got["verified"]
     space = get_target("spade").space("spmm")
     assert got["baseline"]["config"] == dict(space.baseline((1, 1)).knobs)
     cands = got["candidates"]
@@ -604,7 +604,7 @@ def test_spade_runtimes_are_marked_simulated(shared) -> None:
 
 @pytest.mark.parametrize(
     ("option", "value", "limit"),
-    [("--candidates", "100000000", "at most 500,000"), ("--top-k", "100000", "at most 256")],
+    [("--candidates", "100000000", "at most 500,000"), ("--top-k", "100000", "at most 448")],
 )
 def test_work_sizing_options_are_bounded(tuned, option, value, limit, capsys) -> None:
     started = time.perf_counter()

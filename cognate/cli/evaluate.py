@@ -53,6 +53,12 @@ def register(main: click.Group, data: click.Group) -> None:
     help="Leave matrices above this many nonzeros out of the target and the source "
     "(counted in the report): a bounded, quicker evaluation.",
 )
+@click.option(
+    "--width",
+    type=click.IntRange(min=1, max=4096),
+    default=None,
+    help="Evaluate the target's records of this dense width only (overrides the preset's).",
+)
 def evaluate(
     preset: str | None,
     quick: bool,
@@ -61,6 +67,7 @@ def evaluate(
     ops: tuple[str, ...],
     threads: int,
     max_nnz: int | None,
+    width: int | None,
 ) -> None:
     """Evaluate transfer (TL) vs target-only (NT), zero-shot and the ablations on test
     matrices, with every choice made on validation and 95% bootstrap CIs over seeds.
@@ -77,10 +84,12 @@ def evaluate(
     spec = load_experiment("quick" if quick else preset or "default")
     if ops:
         spec = spec.only_ops(list(ops))
+    if width is not None:
+        spec = spec.model_copy(update={"width": width})
     torch.set_num_threads(threads)
     out = (out or cognate_home() / "evaluate" / spec.name).expanduser()
     console = Console(stderr=True)
-    command = _command_line(preset, quick, db, out, ops, threads)
+    command = _command_line(preset, quick, db, out, ops, threads, width)
     report = run_evaluation(
         spec, db, out, command, lambda line: console.print(line, soft_wrap=True), max_nnz=max_nnz
     )
@@ -89,7 +98,13 @@ def evaluate(
 
 
 def _command_line(
-    preset: str | None, quick: bool, db: Path | None, out: Path, ops: tuple[str, ...], threads: int
+    preset: str | None,
+    quick: bool,
+    db: Path | None,
+    out: Path,
+    ops: tuple[str, ...],
+    threads: int,
+    width: int | None = None,
 ) -> str:
     """The exact command when run as ``cognate``; else (a Python caller) its equivalent."""
     program = Path(sys.argv[0])
@@ -100,4 +115,5 @@ def _command_line(
     args += ["--preset", preset] if preset else []
     args += ["--db", str(db)] if db else []
     args += [arg for op in ops for arg in ("--op", op)]
+    args += ["--width", str(width)] if width is not None else []
     return shlex.join([*args, "--threads", str(threads)])

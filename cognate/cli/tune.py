@@ -20,9 +20,9 @@ from cognate.targets import OPS
 # Bounds of the options that size the work. Every candidate is drawn, encoded and scored in
 # memory: measured ~1.2 KB each (cpu spmm, peak RSS 0.77 GB at 20,000, 0.99 GB at 200,000),
 # so 100,000,000 once passed 8 GB; 500,000 (25x the default sample) stays within ~0.6 GB
-# of the default. With --verify each of the top-k is measured; 256 is a whole spade space.
+# of the default. With --verify each of the top-k is measured; 448 is a whole spade space.
 MAX_CANDIDATES = 500_000
-MAX_TOP_K = 256
+MAX_TOP_K = 448
 PIPE_WIDTH = 160
 
 

@@ -362,9 +362,10 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
 
 def check_space(path: str | Path, meta: dict[str, Any], space: Space) -> None:
-    """A model is only valid for the space (name and version) it was trained for."""
+    """A model is only valid for the space (name and version) it was trained for, or a
+    later version of it that says it reads that version's models (``reads_models_of``)."""
     trained = meta["space"]
-    if (trained["name"], trained["version"]) != (space.name, space.version):
+    if trained["name"] != space.name or not space.reads_models_of(trained["version"]):
         verb = "fine-tuned" if "transfer" in meta else "trained"
         raise CognateError(
             f"{path}: model was {verb} for space {trained['name']} version "

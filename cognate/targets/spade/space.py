@@ -1,4 +1,4 @@
-"""The spade schedule spaces (configs/spade-spmm.yaml, configs/spade-sddmm.yaml): 256 configs.
+"""The spade schedule spaces (configs/spade-spmm.yaml, configs/spade-sddmm.yaml): 448 configs.
 
 Knobs: ``rp`` (rows per row panel), ``cp`` (columns per column panel, or "all"),
 ``barrier``, ``bypass``, ``split`` (dense passes per tile) and ``sched`` (static | dynamic).
@@ -33,7 +33,7 @@ SCHEDS: tuple[str, ...] = ("static", "dynamic")
 
 
 class SpadeSpace(Space):
-    """The 256-config spade space of one op (``configs/<target>-<op>.yaml``)."""
+    """The 448-config spade space of one op (``configs/<target>-<op>.yaml``)."""
 
     target = "spade"
 
@@ -58,6 +58,55 @@ class SpadeSpace(Space):
         if set(self.values["sched"]) - set(SCHEDS):
             raise CognateError(f"{where}: sched values must be static or dynamic")
         self._baseline = self.validate(data.get("baseline") or {})
+        self._earlier = self._earlier_versions(data.get("compatible_versions") or {}, where)
+        self.compatible_versions: tuple[str, ...] = tuple(self._earlier)
+
+    def _earlier_versions(self, listed: Any, where: str) -> dict[str, dict[str, list[Any]]]:
+        """``compatible_versions``: earlier version -> the knob values it had where they
+        differ from this space's (each a subset of this space's values)."""
+        if not isinstance(listed, dict):
+            raise CognateError(f"{where}: compatible_versions must map versions to knob values")
+        out = {}
+        for version, values in listed.items():
+            ok = isinstance(version, str) and isinstance(values, dict)
+            ok = ok and all(
+                k in self.values and isinstance(v, list) and v and set(v) <= set(self.values[k])
+                for k, v in values.items()
+            )
+            if not ok:
+                raise CognateError(
+                    f"{where}: compatible version {version!r} must list a subset of the "
+                    "knob values of this space"
+                )
+            out[version] = {**self.values, **values}
+        return out
+
+    def complete_config_sets(self) -> list[set[str]]:
+        """The config hashes that make a matrix 'measured on every config': this space's,
+        then each compatible version's. A matrix measured on every config of an earlier
+        version (and nothing else) has its oracle over that version's space."""
+        sets = [{c.hash for c in self.all_configs()}]
+        for values in self._earlier.values():
+            combos = itertools.product(*(values[k] for k in KNOB_NAMES))
+            sets.append(
+                {
+                    Config(self.target, self.op, dict(zip(KNOB_NAMES, c, strict=True))).hash
+                    for c in combos
+                }
+            )
+        return sets
+
+    def accepts_version(self, version: str) -> bool:
+        """Current, or a listed earlier version: a subset of this space's configs on the
+        same machine, so its records are measurements of this space's configs."""
+        return version == self.version or version in self.compatible_versions
+
+    def reads_models_of(self, version: str) -> bool:
+        """A compatible version has the same knobs with fewer rp values, and rp reaches the
+        model only as log2 of the row strip (``loop_nest``): its models rank this space,
+        reading rp values they were not trained on as strip sizes between or below the
+        ones they were."""
+        return self.accepts_version(version)
 
     def _check(self, knobs: Mapping[str, Any]) -> dict[str, Any]:
         if set(knobs) != set(KNOB_NAMES):
@@ -95,7 +144,7 @@ class SpadeSpace(Space):
     def candidates(
         self, n: int = 0, seed: int = 0, shape: tuple[int, int] | None = None
     ) -> list[Config]:
-        """The whole space: 256 configs are scored exhaustively."""
+        """The whole space: its 448 configs are scored exhaustively."""
         return self.all_configs()
 
     def schedule(self, config: Config) -> Schedule:
