@@ -29,7 +29,13 @@ from pydantic import BaseModel, ConfigDict
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.space import LoopNest, Space, load_space_spec, space_file
-from cognate.targets.cpu.codegen import PLAIN_CSR_ORDER, VECTOR_KNOBS, VectorTile
+from cognate.targets.cpu.codegen import (
+    PLAIN_CSR_ORDER,
+    SCHEDULE_KNOBS,
+    VECTOR_KNOBS,
+    Schedule,
+    VectorTile,
+)
 from cognate.targets.cpu.families import CSR
 from cognate.targets.cpu.family_space import Families, FamilySpec, KernelFamily
 
@@ -245,6 +251,7 @@ class CpuSpace(Space):
         """The WACO CSR family's validation (``family: csr`` dropped, see ``validate``)."""
         knobs = {k: v for k, v in knobs.items() if k != "family"}
         vector = {k: knobs.pop(k) for k in list(knobs) if k in VECTOR_KNOBS}
+        schedule = {k: knobs.pop(k) for k in list(knobs) if k in SCHEDULE_KNOBS}
         unknown = sorted(str(k) for k in knobs if k not in KNOBS)
         if unknown:
             raise self._error(f"unknown knob(s) {', '.join(unknown)}; expected {', '.join(KNOBS)}")
@@ -269,7 +276,38 @@ class CpuSpace(Space):
         clean["formats"] = formats
         if vector:
             clean.update(self._vector_knobs(clean, vector))
+        if schedule:
+            clean.update(self._schedule_knobs(clean, schedule))
         return Config(TARGET, self.op, clean)
+
+    def _plain_csr_spmm(self, clean: Mapping[str, Any]) -> bool:
+        return (
+            self.op == "spmm"
+            and tuple(clean["order"]) == PLAIN_CSR_ORDER
+            and clean["isplit"] == 1
+            and clean["ksplit"] == 1
+            and clean["formats"][0] == "U"
+            and clean["formats"][1] == "U"
+            and clean["formats"][2] == "C"
+            and clean["formats"][3] == "U"
+        )
+
+    def _schedule_knobs(self, clean: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, int]:
+        """The plain CSR SpMM kernel's schedule knobs (codegen.SCHEDULE_KNOBS), all or none."""
+        if len(given) != len(SCHEDULE_KNOBS):
+            raise self._error(f"schedule knobs come together: {', '.join(SCHEDULE_KNOBS)}")
+        out = {}
+        for knob, legal in SCHEDULE_KNOBS.items():
+            value = given[knob]
+            if isinstance(value, bool) or not isinstance(value, int) or value not in legal:
+                raise self._error(f"{knob} must be one of {legal}, got {_short(value)}")
+            out[knob] = int(value)
+        problem = Schedule(**out).problem()
+        if problem:
+            raise self._error(problem)
+        if not self._plain_csr_spmm(clean):
+            raise self._error("schedule knobs apply to the plain CSR SpMM kernel only")
+        return out
 
     def _vector_knobs(self, clean: Mapping[str, Any], vector: Mapping[str, Any]) -> dict[str, int]:
         """The plain CSR SpMM kernel's vector knobs (codegen.VECTOR_KNOBS), all three or none.
@@ -283,17 +321,7 @@ class CpuSpace(Space):
             if isinstance(value, bool) or not isinstance(value, int) or value not in legal:
                 raise self._error(f"{knob} must be one of {legal}, got {_short(value)}")
             out[knob] = int(value)
-        plain = (
-            self.op == "spmm"
-            and tuple(clean["order"]) == PLAIN_CSR_ORDER
-            and clean["isplit"] == 1
-            and clean["ksplit"] == 1
-            and clean["formats"][0] == "U"
-            and clean["formats"][1] == "U"
-            and clean["formats"][2] == "C"
-            and clean["formats"][3] == "U"
-        )
-        if not plain:
+        if not self._plain_csr_spmm(clean):
             raise self._error("vector knobs apply to the plain CSR SpMM kernel only")
         return out
 
@@ -374,6 +402,9 @@ class CpuSpace(Space):
         if "vbits" in config.knobs:
             tile = VectorTile(config["vbits"], config["vregs"], config["unroll"])
             vector = f" | {tile.words()}"
+        if "nzsplit" in config.knobs:
+            schedule = Schedule(**{k: config[k] for k in SCHEDULE_KNOBS})
+            vector += f" | {schedule.words()}"
         return (
             f"{self.op} {splits} order {' '.join(order)} | A {storage} | "
             f"omp {parallel_loop(order)} dynamic,{config['chunk']}{vector}"
