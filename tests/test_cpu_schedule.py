@@ -50,7 +50,7 @@ def test_the_space_has_every_schedule_once() -> None:
         ({"threads": 2}, "threads"),
         ({"prefetch": 8}, "prefetch"),
         ({"batch": True}, "batch"),
-        ({"nzsplit": "1); system(\"x\""}, "nzsplit"),
+        ({"nzsplit": '1); system("x"'}, "nzsplit"),
         ({"batch": 64.0}, "batch"),
     ],
 )
