@@ -260,6 +260,7 @@ def main() -> None:
     parser.add_argument("--matrices", nargs="*", help="only matrices whose file name has these")
     parser.add_argument("--ngraph", action="store_true", help="also the ngraph matrices")
     parser.add_argument("--graphs", type=int, nargs="*", default=[])
+    parser.add_argument("--graphs-only", action="store_true", help="no real matrices")
     parser.add_argument("--build-only", action="store_true", help="compile the kernels, no timing")
     parser.add_argument("--json", type=Path, help="write the rows here (after every row)")
     parser.add_argument("--summarize", type=Path, nargs="+", help="summary of --json files")
@@ -271,12 +272,15 @@ def main() -> None:
         build_all(args.widths)
         return
     args.threads = args.threads or len(os.sched_getaffinity(0))
-    found = _vs_library.matrices(
-        argparse.Namespace(
-            quick=False, ngraph=args.ngraph, matrices=args.matrices, limit=0, min_nnz=0,
-            synthetic_nnz=0, graphs=args.graphs,
-        )
-    )  # fmt: skip
+    if args.graphs_only:
+        found = _vs_library.generated_graphs(args.graphs)
+    else:
+        found = _vs_library.matrices(
+            argparse.Namespace(
+                quick=False, ngraph=args.ngraph, matrices=args.matrices, limit=0, min_nnz=0,
+                synthetic_nnz=0, graphs=args.graphs,
+            )
+        )  # fmt: skip
     print(
         f"spmm, threads {args.threads}, {host_isa().line()}, {len(grid(args.widths[0]))} configs"
         f" per matrix, {args.rounds} rounds; times in ms"
