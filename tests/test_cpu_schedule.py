@@ -25,6 +25,7 @@ from cognate.targets.cpu.isa import host_isa
 from cognate.targets.cpu.measure.check import mismatch, reference
 from cognate.targets.cpu.run import run_config
 from cognate.targets.cpu.space import make_space
+from cognate.targets.cpu.vector import SCHEDULES, vector_variants
 
 ALL = {"threads": 0, "prefetch": 0, "batch": 0, "nzsplit": 0}
 
@@ -179,3 +180,13 @@ def test_nzsplit_cuts_a_row_across_many_parts() -> None:
         [sys.executable, "-c", NZSPLIT_SCRIPT], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+def test_verify_tries_the_two_schedules_on_the_base_kernel() -> None:
+    space = make_space("spmm")
+    plain = space.validate(PLAIN_CSR_SPMM)
+    found = [variant for _, variant in vector_variants("spmm", 128, [plain])]
+    scheduled = [c for c in found if "nzsplit" in c.knobs]
+    assert [Schedule(**{k: c[k] for k in SCHEDULE_KNOBS}) for c in scheduled] == list(SCHEDULES)
+    assert all("vbits" not in c.knobs for c in scheduled)  # the base config's own kernel
+    assert len(found) == len({c.hash for c in found}) <= 9  # verify time matters
