@@ -22,7 +22,11 @@ leave-one-out (best geomean over the other matrices) and in-sample (over all of 
 labelled); the oracle over each; the share of matrices whose oracle beats the fixed config by
 1.15x; and the share of matrices whose fastest config uses each vector width, family, thread
 count and row schedule. The oracle picks from the timings it is scored on (an upper bound
-with the noise of every draw in it); compare it with the noise floor printed beside it.
+with the noise of every draw in it), and a fixed config chosen on the other matrices' timings
+carries their noise too (it regresses on the matrix left out); compare both with the noise
+floor printed beside them. ``--confirm`` removes that selection effect: it times each row's
+fastest config, the fixed candidates (the leave-one-out picks and the 5 best by geomean) and
+the baseline again, in fresh blocks, and scores the first timings' choices on the new ones.
 
 OpenMP settings are the caller's (nothing set: default waits). Run on a quiet machine, one
 width per run; compile first (``--build-only``) so the timed run finds every kernel built:
@@ -32,6 +36,8 @@ width per run; compile first (``--build-only``) so the timed run finds every ker
         --matrices bp_1200 dwt_878 dwt_992 reorientation_1 watt_2 bcsstk38 Alemdar bcsstk11 \\
         bcsstm10 can_1054 cegb3024 lp_cre_a lpi_ceria3d lshp1561 saylr4 --ngraph \\
         --graphs 100000 1000000
+    python scripts/bench_space_oracle.py --threads 2 --widths 128 --rounds 5 \
+        --confirm o128.json --json c128.json --matrices ... --ngraph --graphs 100000 1000000
     python scripts/bench_space_oracle.py --summarize o32.json o128.json o512.json
 """
 
@@ -146,13 +152,16 @@ def build_all(widths: list[int]) -> None:
         print(f"N={width}: {len(grid(width))} kernels built in {time.perf_counter() - start:.0f} s")
 
 
-def prepared_calls(matrix, width: int) -> tuple[dict, dict]:
-    """Checked calls (name -> argument-vector call, one shared output) and errors by name."""
+def prepared_calls(matrix, width: int, names: set[str] | None = None) -> tuple[dict, dict]:
+    """Checked calls (name -> argument-vector call, one shared output) and errors by name;
+    ``names``: only these configs of the sample."""
     operands = dense_operands("spmm", matrix.shape, width, seed=0)
     ref, tol = reference(matrix.csr, "spmm", operands)
     calls, errors, shared = {}, {}, {}
     plain_packed = None
     for name, knobs in grid(width).items():
+        if names is not None and name not in names:
+            continue
         try:
             lib = families.build("spmm", knobs, width)
             if families.family_of(knobs) == families.CSR:  # one CSR packing serves every tile
@@ -252,6 +261,70 @@ def summary(rows: list[dict]) -> None:
             print(f"    fastest config's {trait}: {shares(found, trait)}")
 
 
+def fixed_candidates(rows: list[dict], top: int = 5) -> set[str]:
+    """The configs a fixed choice could be at one width: the leave-one-out picks and the
+    ``top`` best by geomean over every row."""
+    _, _, picks = _locality.oracle_and_fixed(rows)
+    speedups = [{k: r["seconds"][BASELINE] / v for k, v in _configs(r).items()} for r in rows]
+    names = sorted(set.intersection(*(set(x) for x in speedups)))
+    ranked = sorted(names, key=lambda n: -geomean([x[n] for x in speedups]))
+    return {*picks, *ranked[:top]}
+
+
+def confirm(rows: list[dict], found: list, rounds: int, threads: int) -> list[dict]:
+    """Fresh timings of each row's fastest config, the fixed candidates and the baseline
+    (twice): choices made on the first timings, scored on these (no winner's curse)."""
+    by_name = {m.name: m for m in found}
+    confirmed = []
+    for width in sorted({r["width"] for r in rows}):
+        at_width = [r for r in rows if r["width"] == width and r["matrix"] in by_name]
+        fixed = fixed_candidates(at_width)
+        for row in at_width:
+            names = {BASELINE, AGAIN, row["best"], *fixed}
+            calls, _ = prepared_calls(by_name[row["matrix"]], width, names)
+            timed, load = time_blocks(calls, rounds, threads=threads, runtime=lambda _: "libgomp")
+            again = {name: t.median for name, t in timed.items()}
+            print(
+                f"{row['matrix'][:27]:<28}{width:>5}  picked {row['best']}:"
+                f" {again[BASELINE] / again[row['best']]:.3f}x the baseline (first timing"
+                f" {row['seconds'][BASELINE] / row['seconds'][row['best']]:.3f}x)"
+                + (f"  [{load.line()}]" if load.busy else ""),
+                flush=True,
+            )
+            confirmed.append({**row, "confirm": again, "confirm_busy": load.busy})
+    return confirmed
+
+
+def confirmed_summary(rows: list[dict]) -> None:
+    """Per width: the first timings' choices (each row's fastest config; the fixed config
+    chosen leave-one-out and in-sample) scored on the confirmation timings."""
+    print(f"\n{host_isa().line()}; choices from the first timings, scored on fresh ones:")
+    for width in sorted({r["width"] for r in rows}):
+        found = [r for r in rows if r["width"] == width and "confirm" in r]
+        if len(found) < 2:
+            continue
+        _, _, picks = _locality.oracle_and_fixed(found)
+        _, inside_pick = fixed_in_sample(found)
+        oracle = [r["confirm"][BASELINE] / r["confirm"][r["best"]] for r in found]
+        loo = [r["confirm"][BASELINE] / r["confirm"][p] for r, p in zip(found, picks, strict=True)]
+        inside = [r["confirm"][BASELINE] / r["confirm"][inside_pick] for r in found]
+        noise = [
+            max(r["confirm"][BASELINE], r["confirm"][AGAIN])
+            / min(r["confirm"][BASELINE], r["confirm"][AGAIN])
+            for r in found
+        ]
+        ratio = [o / f for o, f in zip(oracle, loo, strict=True)]
+        print(
+            f"N={width} ({len(found)} matrices, {sum(r['confirm_busy'] for r in found)} busy):"
+            f" picked/baseline {geomean(oracle):.3f}x; leave-one-out fixed/baseline"
+            f" {geomean(loo):.3f}x; picked/leave-one-out fixed {geomean(ratio):.3f}x"
+            f" (>= {FIXED_BAR}x on {sum(x >= FIXED_BAR for x in ratio)} of {len(found)});"
+            f" in-sample fixed {inside_pick}: /baseline {geomean(inside):.3f}x, picked/it"
+            f" {geomean([o / f for o, f in zip(oracle, inside, strict=True)]):.3f}x;"
+            f" noise floor {geomean(noise):.3f}x (max {max(noise):.3f}x)"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--widths", type=int, nargs="+", default=[128])
@@ -264,9 +337,14 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true", help="compile the kernels, no timing")
     parser.add_argument("--json", type=Path, help="write the rows here (after every row)")
     parser.add_argument("--summarize", type=Path, nargs="+", help="summary of --json files")
+    parser.add_argument(
+        "--confirm", type=Path, nargs="+", help="re-time the choices of these --json files"
+    )
     args = parser.parse_args()
     if args.summarize:
-        summary([row for path in args.summarize for row in json.loads(path.read_text())])
+        rows = [row for path in args.summarize for row in json.loads(path.read_text())]
+        summary(rows)
+        confirmed_summary(rows)
         return
     if args.build_only:
         build_all(args.widths)
@@ -281,6 +359,14 @@ def main() -> None:
                 synthetic_nnz=0, graphs=args.graphs,
             )
         )  # fmt: skip
+    if args.confirm:
+        rows = [row for path in args.confirm for row in json.loads(path.read_text())]
+        rows = [r for r in rows if r["width"] in args.widths]
+        rows = confirm(rows, found, args.rounds, args.threads)
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1))
+        confirmed_summary(rows)
+        return
     print(
         f"spmm, threads {args.threads}, {host_isa().line()}, {len(grid(args.widths[0]))} configs"
         f" per matrix, {args.rounds} rounds; times in ms"
