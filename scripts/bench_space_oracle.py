@@ -182,7 +182,13 @@ def prepared_calls(matrix, width: int, names: set[str] | None = None) -> tuple[d
     return calls, errors
 
 
-def bench(matrix, width: int, rounds: int, threads: int) -> dict | None:
+def bench(matrix, width: int, rounds: int, threads: int, max_dense_gb: float) -> dict | None:
+    dense_gb = max(matrix.shape) * width * 4 / 1e9
+    if dense_gb > max_dense_gb:  # B, C and a float64 reference: a few times this in memory
+        print(
+            f"  {matrix.name} N={width}: skipped, dense operand {dense_gb:.2f} GB", file=sys.stderr
+        )
+        return None
     calls, errors = prepared_calls(matrix, width)
     if BASELINE not in calls:
         print(
@@ -334,6 +340,9 @@ def main() -> None:
     parser.add_argument("--ngraph", action="store_true", help="also the ngraph matrices")
     parser.add_argument("--graphs", type=int, nargs="*", default=[])
     parser.add_argument("--graphs-only", action="store_true", help="no real matrices")
+    parser.add_argument(
+        "--max-dense-gb", type=float, default=0.5, help="skip wider dense operands (memory)"
+    )
     parser.add_argument("--build-only", action="store_true", help="compile the kernels, no timing")
     parser.add_argument("--json", type=Path, help="write the rows here (after every row)")
     parser.add_argument("--summarize", type=Path, nargs="+", help="summary of --json files")
@@ -378,7 +387,7 @@ def main() -> None:
     rows = []
     for matrix in found:
         for width in args.widths:
-            row = bench(matrix, width, args.rounds, args.threads)
+            row = bench(matrix, width, args.rounds, args.threads, args.max_dense_gb)
             if row is not None:
                 rows.append(row)
                 if args.json:  # after every row: a stopped run keeps what it measured

@@ -135,17 +135,9 @@ class Schedule:
 
 def schedule_of(knobs: Mapping[str, Any]) -> Schedule | None:
     """The config's schedule knobs (all four or none), each checked against its whitelist."""
-    given = [name for name in SCHEDULE_KNOBS if name in knobs]
-    if not given:
+    values = _knob_group(knobs, SCHEDULE_KNOBS, "schedule")
+    if values is None:
         return None
-    if len(given) != len(SCHEDULE_KNOBS):
-        raise CognateError(f"cpu spmm: schedule knobs come together: {', '.join(SCHEDULE_KNOBS)}")
-    values = {}
-    for name, legal in SCHEDULE_KNOBS.items():
-        value = knobs[name]
-        if isinstance(value, bool) or not isinstance(value, int) or value not in legal:
-            raise CognateError(f"cpu spmm: {name} must be one of {legal}, got {value!r}"[:200])
-        values[name] = int(value)
     schedule = Schedule(**values)
     problem = schedule.problem()
     if problem:
@@ -153,20 +145,30 @@ def schedule_of(knobs: Mapping[str, Any]) -> Schedule | None:
     return schedule
 
 
-def vector_of(knobs: Mapping[str, Any]) -> VectorTile | None:
-    """The config's vector knobs (all three or none), each checked against its whitelist;
-    a width over this host's widest vector is refused (isa.check_vector_bits)."""
-    given = [name for name in VECTOR_KNOBS if name in knobs]
+def _knob_group(
+    knobs: Mapping[str, Any], group: Mapping[str, tuple[int, ...]], what: str
+) -> dict[str, int] | None:
+    """A group of whitelisted integer knobs that come together: their values, None if absent."""
+    given = [name for name in group if name in knobs]
     if not given:
         return None
-    if len(given) != len(VECTOR_KNOBS):
-        raise CognateError(f"cpu spmm: vector knobs come together: {', '.join(VECTOR_KNOBS)}")
+    if len(given) != len(group):
+        raise CognateError(f"cpu spmm: {what} knobs come together: {', '.join(group)}")
     values = {}
-    for name, legal in VECTOR_KNOBS.items():
+    for name, legal in group.items():
         value = knobs[name]
         if isinstance(value, bool) or not isinstance(value, int) or value not in legal:
             raise CognateError(f"cpu spmm: {name} must be one of {legal}, got {value!r}"[:200])
         values[name] = int(value)
+    return values
+
+
+def vector_of(knobs: Mapping[str, Any]) -> VectorTile | None:
+    """The config's vector knobs (all three or none), each checked against its whitelist;
+    a width over this host's widest vector is refused (isa.check_vector_bits)."""
+    values = _knob_group(knobs, VECTOR_KNOBS, "vector")
+    if values is None:
+        return None
     check_vector_bits(values["vbits"])
     return VectorTile(**values)
 

@@ -294,35 +294,36 @@ class CpuSpace(Space):
 
     def _schedule_knobs(self, clean: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, int]:
         """The plain CSR SpMM kernel's schedule knobs (codegen.SCHEDULE_KNOBS), all or none."""
-        if len(given) != len(SCHEDULE_KNOBS):
-            raise self._error(f"schedule knobs come together: {', '.join(SCHEDULE_KNOBS)}")
-        out = {}
-        for knob, legal in SCHEDULE_KNOBS.items():
-            value = given[knob]
-            if isinstance(value, bool) or not isinstance(value, int) or value not in legal:
-                raise self._error(f"{knob} must be one of {legal}, got {_short(value)}")
-            out[knob] = int(value)
+        out = self._knob_group(clean, given, SCHEDULE_KNOBS, "schedule")
         problem = Schedule(**out).problem()
         if problem:
             raise self._error(problem)
-        if not self._plain_csr_spmm(clean):
-            raise self._error("schedule knobs apply to the plain CSR SpMM kernel only")
         return out
 
     def _vector_knobs(self, clean: Mapping[str, Any], vector: Mapping[str, Any]) -> dict[str, int]:
         """The plain CSR SpMM kernel's vector knobs (codegen.VECTOR_KNOBS), all three or none.
         Any whitelisted width is accepted here, so records of another host stay readable; a
         width this host lacks is refused where its kernel is generated (isa.py)."""
-        if len(vector) != len(VECTOR_KNOBS):
-            raise self._error(f"vector knobs come together: {', '.join(VECTOR_KNOBS)}")
+        return self._knob_group(clean, vector, VECTOR_KNOBS, "vector")
+
+    def _knob_group(
+        self,
+        clean: Mapping[str, Any],
+        given: Mapping[str, Any],
+        group: Mapping[str, tuple[int, ...]],
+        what: str,
+    ) -> dict[str, int]:
+        """A group of the plain CSR SpMM kernel's integer knobs: all or none, whitelisted."""
+        if len(given) != len(group):
+            raise self._error(f"{what} knobs come together: {', '.join(group)}")
         out = {}
-        for knob, legal in VECTOR_KNOBS.items():
-            value = vector[knob]
+        for knob, legal in group.items():
+            value = given[knob]
             if isinstance(value, bool) or not isinstance(value, int) or value not in legal:
                 raise self._error(f"{knob} must be one of {legal}, got {_short(value)}")
             out[knob] = int(value)
         if not self._plain_csr_spmm(clean):
-            raise self._error("vector knobs apply to the plain CSR SpMM kernel only")
+            raise self._error(f"{what} knobs apply to the plain CSR SpMM kernel only")
         return out
 
     def dims(self, shape: tuple[int, int], width: int | None = None) -> dict[str, int]:
