@@ -144,7 +144,7 @@ def test_every_schedule_matches_scipy_on_real_matrices(shared: Path) -> None:
         path = shared / "matrices" / "suitesparse" / f"{name}.mtx.gz"
         if not path.is_file():
             pytest.skip(f"needs {path}")
-        _every_schedule_matches_scipy(load_matrix(path).csr, (32, 40))
+        _every_schedule_matches_scipy(load_matrix(path).csr, (32,))  # kernels shared above
 
 
 def test_an_empty_matrix_and_empty_rows() -> None:
