@@ -489,9 +489,11 @@ def time_blocks(
     rounds: int,
     threads: int | None = None,
     on_wait: Callable[[str], object] | None = None,
+    runtime: Callable[[str], str] | None = None,
 ) -> tuple[dict[str, Timed], Load]:
-    """``blocks`` under the timing lock, with the load read first."""
+    """``blocks`` under the timing lock, with the load read first (``runtime``: as in
+    ``blocks``, the long lead-in only where the threading runtime changes)."""
     with timing_lock(on_wait=on_wait or _to_stderr):
         load = machine_load(threads, sample_s=0.1)
-        timed = blocks(dict(calls), rounds)
+        timed = blocks(dict(calls), rounds, runtime=runtime)
     return timed, load

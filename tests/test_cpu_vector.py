@@ -118,7 +118,7 @@ def test_variants_cover_the_row_at_every_host_width() -> None:
     plain, other = space.validate(PLAIN), space.sample(5, 0, (500, 500))
     pairs = vector_variants("spmm", 128, [*other, plain])
     assert pairs and all(base == plain for base, _ in pairs)  # variants of the plain CSR pick
-    found = [variant for _, variant in pairs]
+    found = [variant for _, variant in pairs if "nzsplit" not in variant.knobs]  # vector ones
     assert all(c["vbits"] in host_isa().widths for c in found)
     assert all(c["vbits"] >= 256 for c in found)
     assert plain not in found and len({c.hash for c in found}) == len(found)

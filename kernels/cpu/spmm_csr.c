@@ -11,10 +11,10 @@
  * in memory (a load and a store of C per nonzero and vector) after a separate zeroing pass;
  * here each row's output tile is summed in vector registers and stored once, and the row's
  * nonzeros are unrolled (independent B rows in flight). The vector width is the config's
- * (gcc's -march=native does not widen an explicit vector type): 512-bit on AVX-512 hosts. Software prefetching of
- * the B rows a few nonzeros ahead was tried and measured no faster (slower on matrices
- * whose B fits the caches), so there is none. Measured against MKL's inspector-executor
- * SpMM: docs/benchmarks.md.
+ * (gcc's -march=native does not widen an explicit vector type): 512-bit on AVX-512 hosts.
+ * Software prefetching of the B rows a few nonzeros ahead is a knob (PREFETCH, 0 = off): it
+ * pays only where B outgrows the caches. Measured against MKL's inspector-executor SpMM:
+ * docs/benchmarks.md.
  *
  * The dense split does not change this structure's order (j1 j0 innermost either way): the
  * register tile is the vector knobs'. Rows are handed out dynamically in tasks of consecutive
@@ -26,6 +26,10 @@
  * products whose rows make one task. A product of only a few tasks is cut into SPLIT tasks
  * per thread instead: with MIN_TASK-sized tasks, a product of 1.3 tasks left one thread
  * 3/4 of the work (bp_1200 at N=128: tasks of 4096 and 1452).
+ * The schedule knobs replace these defaults: THREADS (one thread, or all of OpenMP's, instead
+ * of the small-product rule), BATCH (rows claimed BATCH at a time through an atomic counter,
+ * JitSpMM's schedule, instead of the weight-balanced tasks) and NZSPLIT (merge-path: each
+ * thread an equal share of rows + nonzeros, the rows cut at the boundaries summed after).
  */
 #pragma GCC optimize("fp-contract=fast")
 #include <omp.h>
@@ -39,16 +43,32 @@
  * (1, or UNROLL when they fit 8 registers: short FMA chains for narrow tiles). */
 enum { VBYTES = ${vbytes}, VREGS = ${vregs}, UNROLL = ${unroll}, ACCS = ${accs} };
 enum { LANES = VBYTES / 4 };
+/* The config's schedule (codegen.py checks each against its whitelist): THREADS 0 = one
+ * thread below serial_below() (the default rule), 1 = one thread, 2 = all of OpenMP's;
+ * PREFETCH nonzeros ahead (0: none); BATCH rows per claim (0: weight-balanced tasks);
+ * NZSPLIT 1: the merge-path split. */
+enum { THREADS = ${threads}, PREFETCH = ${prefetch}, BATCH = ${batch}, NZSPLIT = ${nzsplit} };
 typedef float vf __attribute__((vector_size(VBYTES), aligned(4)));
 typedef float vf8 __attribute__((vector_size(32), aligned(4)));  /* tails: 8 columns */
 typedef float vf4 __attribute__((vector_size(16), aligned(4)));  /* tails: 4 columns */
 static const int64_t N = ${dense_extent};
 
+/* The cache lines of columns [j, j + floats) of the B row of nonzero f (< end), if PREFETCH. */
+static inline __attribute__((always_inline)) void prefetch_b(
+    const int64_t f, const int64_t end, const int32_t *restrict col, const float *restrict B,
+    const int64_t j, const int64_t floats)
+{
+    if (PREFETCH == 0 || f >= end) return;
+    const float *b = B + (int64_t)col[f] * N + j;
+    for (int64_t x = 0; x < floats; x += 16) __builtin_prefetch(b + x, 0, 3);
+}
+
 /* Columns [j, j + L * nv) of row [lo, hi) of A times B, summed in registers, stored to c:
- * one function per vector type VT of L lanes (the config's, and the narrower tails'). */
+ * one function per vector type VT of L lanes (the config's, and the narrower tails'); end is
+ * A's nonzero count (the prefetch reads no column past it). */
 #define DEFINE_TILE(NAME, VT, L)                                                              \
 static inline __attribute__((always_inline)) void NAME(                                      \
-    const int64_t lo, const int64_t hi, const int32_t *restrict col,                          \
+    const int64_t lo, const int64_t hi, const int64_t end, const int32_t *restrict col,       \
     const float *restrict val, const float *restrict B, float *restrict c, const int64_t j,   \
     const int nv)                                                                             \
 {                                                                                             \
@@ -58,12 +78,14 @@ static inline __attribute__((always_inline)) void NAME(                         
     int64_t p = lo;                                                                           \
     for (; p + UNROLL <= hi; p += UNROLL) {                                                   \
         for (int u = 0; u < UNROLL; u++) {                                                    \
+            prefetch_b(p + u + PREFETCH, end, col, B, j, L * nv);                             \
             const float a = val[p + u];                                                       \
             const float *restrict b = B + (int64_t)col[p + u] * N + j;                        \
             for (int q = 0; q < nv; q++) acc[u % ACCS][q] += a * *(const VT *)(b + L * q);    \
         }                                                                                     \
     }                                                                                         \
     for (; p < hi; p++) {                                                                     \
+        prefetch_b(p + PREFETCH, end, col, B, j, L * nv);                                     \
         const float a = val[p];                                                               \
         const float *restrict b = B + (int64_t)col[p] * N + j;                                \
         for (int q = 0; q < nv; q++) acc[0][q] += a * *(const VT *)(b + L * q);               \
@@ -92,16 +114,16 @@ static void edge(const int64_t lo, const int64_t hi, const int32_t *restrict col
 
 /* One row of C: passes of VREGS vectors, then fewer (halving), then narrower vectors, then
  * scalar columns; N is a constant, so only the steps this width needs remain. */
-static void row(const int64_t lo, const int64_t hi, const int32_t *restrict col, const float *restrict val,
-                const float *restrict B, float *restrict c)
+static void row(const int64_t lo, const int64_t hi, const int64_t end, const int32_t *restrict col,
+                const float *restrict val, const float *restrict B, float *restrict c)
 {
     int64_t j = 0;
-    for (; j + VREGS * LANES <= N; j += VREGS * LANES) tile(lo, hi, col, val, B, c + j, j, VREGS);
-    if (VREGS > 4 && j + 4 * LANES <= N) { tile(lo, hi, col, val, B, c + j, j, 4); j += 4 * LANES; }
-    if (VREGS > 2 && j + 2 * LANES <= N) { tile(lo, hi, col, val, B, c + j, j, 2); j += 2 * LANES; }
-    if (VREGS > 1 && j + LANES <= N) { tile(lo, hi, col, val, B, c + j, j, 1); j += LANES; }
-    if (LANES > 8 && j + 8 <= N) { tile8(lo, hi, col, val, B, c + j, j, 1); j += 8; }
-    if (LANES > 4 && j + 4 <= N) { tile4(lo, hi, col, val, B, c + j, j, 1); j += 4; }
+    for (; j + VREGS * LANES <= N; j += VREGS * LANES) tile(lo, hi, end, col, val, B, c + j, j, VREGS);
+    if (VREGS > 4 && j + 4 * LANES <= N) { tile(lo, hi, end, col, val, B, c + j, j, 4); j += 4 * LANES; }
+    if (VREGS > 2 && j + 2 * LANES <= N) { tile(lo, hi, end, col, val, B, c + j, j, 2); j += 2 * LANES; }
+    if (VREGS > 1 && j + LANES <= N) { tile(lo, hi, end, col, val, B, c + j, j, 1); j += LANES; }
+    if (LANES > 8 && j + 8 <= N) { tile8(lo, hi, end, col, val, B, c + j, j, 1); j += 8; }
+    if (LANES > 4 && j + 4 <= N) { tile4(lo, hi, end, col, val, B, c + j, j, 1); j += 4; }
     if (j < N) edge(lo, hi, col, val, B, c, j);
 }
 
@@ -130,6 +152,61 @@ static int64_t balanced_task(const int64_t task, const int64_t weight)
     return even < MIN_SPLIT_TASK ? MIN_SPLIT_TASK : even;
 }
 
+/* BATCH rows at a time, claimed through an atomic counter until none are left. */
+static void run_batches(const int64_t *restrict pos, const int32_t *restrict col,
+                        const float *restrict val, const float *restrict B, float *restrict C,
+                        const int64_t M, const int parallel)
+{
+    int64_t next = 0;
+    #pragma omp parallel if (parallel)
+    for (;;) {
+        const int64_t lo = __atomic_fetch_add(&next, (int64_t)BATCH, __ATOMIC_RELAXED);
+        if (lo >= M) break;
+        const int64_t hi = lo + BATCH < M ? lo + BATCH : M;
+        for (int64_t i = lo; i < hi; i++) row(pos[i], pos[i + 1], pos[M], col, val, B, C + i * N);
+    }
+}
+
+/* Where the merge path's diagonal d crosses: *i rows ended, *p nonzeros consumed (i + p = d),
+ * on the walk that takes a row's nonzeros, then ends the row. */
+static void path_point(const int64_t *restrict pos, const int64_t M, const int64_t d,
+                       int64_t *i, int64_t *p)
+{
+    if (d >= M + pos[M]) { *i = M; *p = pos[M]; return; }
+    *i = first_row(pos, M, d + 1) - 1;  /* the first row with pos[i + 1] + i >= d */
+    *p = d - *i;
+}
+
+/* The merge-path split: part t walks diagonals [t, t + 1) * total / parts, stores the rows it
+ * ends (the first from where it starts) and leaves the row it stops inside in its carry
+ * row; the carries are added once every part is done. Skewed rows are cut, not queued.
+ * 0 if the carries could not be allocated (the caller runs its tasks instead). */
+static int run_nzsplit(const int64_t *restrict pos, const int32_t *restrict col,
+                       const float *restrict val, const float *restrict B, float *restrict C,
+                       const int64_t M)
+{
+    const int64_t parts = omp_get_max_threads(), total = M + pos[M];
+    float *carry = malloc(sizeof(float) * parts * N);
+    int64_t *carry_row = malloc(sizeof(int64_t) * parts);
+    if (!carry || !carry_row) { free(carry); free(carry_row); return 0; }
+    #pragma omp parallel for schedule(static, 1)
+    for (int64_t t = 0; t < parts; t++) {
+        int64_t i0, p0, i1, p1;
+        path_point(pos, M, t * total / parts, &i0, &p0);
+        path_point(pos, M, (t + 1) * total / parts, &i1, &p1);
+        for (int64_t i = i0; i < i1; i++)
+            row(i == i0 ? p0 : pos[i], pos[i + 1], pos[M], col, val, B, C + i * N);
+        carry_row[t] = i1;
+        if (i1 < M) row(i1 == i0 ? p0 : pos[i1], p1, pos[M], col, val, B, carry + t * N);
+    }
+    for (int64_t t = 0; t < parts; t++)
+        if (carry_row[t] < M)
+            for (int64_t q = 0; q < N; q++) C[carry_row[t] * N + q] += carry[t * N + q];
+    free(carry);
+    free(carry_row);
+    return 1;
+}
+
 void cognate_spmm(const int64_t *restrict pos0, const int32_t *restrict crd0,
                   const int64_t *restrict pos1, const int32_t *restrict crd1,
                   const int64_t *restrict pos2, const int32_t *restrict crd2,
@@ -147,11 +224,15 @@ void cognate_spmm(const int64_t *restrict pos0, const int32_t *restrict crd0,
     const int64_t task = balanced_task(task_weight(chunk, weight, M), weight);
     const int64_t tasks = (weight + task - 1) / task;
     /* One task: a second thread would only be woken to find nothing to do. */
-    const int parallel = nnz * N >= serial_below() && tasks > 1;
+    const int parallel = THREADS == 1 ? 0
+                       : THREADS == 2 ? 1
+                       : nnz * N >= serial_below() && tasks > 1;
+    if (NZSPLIT && parallel && run_nzsplit(pos2, crd2, vals, B, C, M)) return;
+    if (BATCH) { run_batches(pos2, crd2, vals, B, C, M, parallel); return; }
     #pragma omp parallel for schedule(dynamic, 1) if (parallel)
     for (int64_t t = 0; t < tasks; t++) {
         const int64_t hi = first_row(pos2, M, (t + 1) * task);
         for (int64_t i = first_row(pos2, M, t * task); i < hi; i++)
-            row(pos2[i], pos2[i + 1], crd2, vals, B, C + i * N);
+            row(pos2[i], pos2[i + 1], nnz, crd2, vals, B, C + i * N);
     }
 }

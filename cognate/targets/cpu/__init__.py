@@ -103,8 +103,8 @@ class CpuTarget(Target):
     def variants(
         self, op: str, width: int, configs: Sequence[Config]
     ) -> list[tuple[Config, Config]]:
-        """Vector-width / register-tile variants of the best-ranked plain CSR SpMM config
-        among ``configs``, for ``tune --verify`` to time beside them (vector.py)."""
+        """Vector-width / register-tile and schedule variants of the best-ranked plain CSR
+        SpMM config among ``configs``, for ``tune --verify`` to time beside them (vector.py)."""
         from cognate.targets.cpu.vector import vector_variants
 
         return vector_variants(op, width, configs)

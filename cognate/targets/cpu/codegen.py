@@ -90,20 +90,85 @@ class VectorTile:
 DEFAULT_VECTOR = VectorTile()
 
 
-def vector_of(knobs: Mapping[str, Any]) -> VectorTile | None:
-    """The config's vector knobs (all three or none), each checked against its whitelist;
-    a width over this host's widest vector is refused (isa.check_vector_bits)."""
-    given = [name for name in VECTOR_KNOBS if name in knobs]
+# The plain CSR SpMM kernel's schedule knobs and their legal values. A config without them
+# runs the kernel's default schedule (one thread for small products, weight-balanced tasks,
+# no prefetch), so its records keep their meaning.
+SCHEDULE_KNOBS: dict[str, tuple[int, ...]] = {
+    "threads": (0, 1),  # 1: one thread; 0: all of OpenMP's threads
+    "prefetch": (0, 4, 16),  # B rows prefetched this many nonzeros ahead (0: none)
+    "batch": (0, 16, 64, 256),  # rows per claim from an atomic counter (0: balanced tasks)
+    "nzsplit": (0, 1),  # 1: merge-path split of rows + nonzeros, one equal share per thread
+}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The plain CSR SpMM kernel's thread count, prefetch distance and row schedule."""
+
+    threads: int = 0
+    prefetch: int = 0
+    batch: int = 0
+    nzsplit: int = 0
+
+    @property
+    def knobs(self) -> dict[str, int]:
+        return {
+            "threads": self.threads,
+            "prefetch": self.prefetch,
+            "batch": self.batch,
+            "nzsplit": self.nzsplit,
+        }
+
+    def problem(self) -> str | None:
+        """Why this combination is not in the space (one kernel, one config), or None."""
+        if self.threads == 1 and (self.batch or self.nzsplit):
+            return "threads=1 runs the rows in order: batch and nzsplit must be 0"
+        if self.batch and self.nzsplit:
+            return "batch and nzsplit are two schedules: one of them must be 0"
+        return None
+
+    def words(self) -> str:
+        threads = "1 thread" if self.threads == 1 else "all threads"
+        rows = "nzsplit" if self.nzsplit else f"batch {self.batch}" if self.batch else "tasks"
+        return f"{threads} {rows} prefetch {self.prefetch}"
+
+
+def schedule_of(knobs: Mapping[str, Any]) -> Schedule | None:
+    """The config's schedule knobs (all four or none), each checked against its whitelist."""
+    values = _knob_group(knobs, SCHEDULE_KNOBS, "schedule")
+    if values is None:
+        return None
+    schedule = Schedule(**values)
+    problem = schedule.problem()
+    if problem:
+        raise CognateError(f"cpu spmm: {problem}")
+    return schedule
+
+
+def _knob_group(
+    knobs: Mapping[str, Any], group: Mapping[str, tuple[int, ...]], what: str
+) -> dict[str, int] | None:
+    """A group of whitelisted integer knobs that come together: their values, None if absent."""
+    given = [name for name in group if name in knobs]
     if not given:
         return None
-    if len(given) != len(VECTOR_KNOBS):
-        raise CognateError(f"cpu spmm: vector knobs come together: {', '.join(VECTOR_KNOBS)}")
+    if len(given) != len(group):
+        raise CognateError(f"cpu spmm: {what} knobs come together: {', '.join(group)}")
     values = {}
-    for name, legal in VECTOR_KNOBS.items():
+    for name, legal in group.items():
         value = knobs[name]
         if isinstance(value, bool) or not isinstance(value, int) or value not in legal:
             raise CognateError(f"cpu spmm: {name} must be one of {legal}, got {value!r}"[:200])
         values[name] = int(value)
+    return values
+
+
+def vector_of(knobs: Mapping[str, Any]) -> VectorTile | None:
+    """The config's vector knobs (all three or none), each checked against its whitelist;
+    a width over this host's widest vector is refused (isa.check_vector_bits)."""
+    values = _knob_group(knobs, VECTOR_KNOBS, "vector")
+    if values is None:
+        return None
     check_vector_bits(values["vbits"])
     return VectorTile(**values)
 
@@ -118,6 +183,7 @@ class LoopStructure:
     unit: tuple[str, ...] = ()  # sparse variables whose x0 level is U with split 1
     width: int | None = None  # the dense width compiled in as a constant; None: runtime
     vector: VectorTile | None = None  # plain CSR SpMM only: the config's vector knobs
+    schedule: Schedule | None = None  # plain CSR SpMM only: the config's schedule knobs
 
     @property
     def loops(self) -> OpLoops:
@@ -192,6 +258,11 @@ def structure_of(op: str, knobs: Mapping[str, Any], width: int | None = None) ->
         if not has_plain_csr_shape(structure):
             raise CognateError(f"cpu {op}: vector knobs apply to the plain CSR SpMM kernel only")
         structure = replace(structure, vector=vector)
+    schedule = schedule_of(knobs)
+    if schedule is not None:
+        if not has_plain_csr_shape(structure):
+            raise CognateError(f"cpu {op}: schedule knobs apply to the plain CSR SpMM kernel only")
+        structure = replace(structure, schedule=schedule)
     return structure
 
 
@@ -329,6 +400,8 @@ def _checked(s: LoopStructure) -> LoopStructure:
         knobs[f"{var}split"] = 1 if var in s.unit else 2
     if s.vector is not None:
         knobs.update(s.vector.knobs)
+    if s.schedule is not None:
+        knobs.update(s.schedule.knobs)
     if structure_of(s.op, knobs, s.width) != s:
         raise CognateError(f"cpu {s.op}: inconsistent loop structure {s}")
     return s
@@ -374,13 +447,26 @@ def generate_source(s: LoopStructure) -> str:
             unroll=str(int(vector.unroll)),
             accs=str(int(vector.accumulators)),
             tasks=include("tasks"),
+            **_schedule_params(s.schedule),
         )
-    if s.vector is not None:  # the generated nests have no vector tile of their own
-        raise CognateError(f"cpu {s.op}: vector knobs need a width compiled in")
+    if s.vector is not None or s.schedule is not None:  # the generated nests have neither
+        raise CognateError(f"cpu {s.op}: vector and schedule knobs need a width compiled in")
     template = Template((kernels_dir() / "cpu" / f"{s.op}.c").read_text())
     runtime = "N_arg" if s.op == "spmm" else "K_arg"
     extent = runtime if s.width is None else str(int(s.width))
     return template.substitute(loop_nest=loop_nest_source(s), dense_extent=extent)
+
+
+def _schedule_params(schedule: Schedule | None) -> dict[str, str]:
+    """spmm_csr.c's schedule constants (THREADS 0: the kernel's own small-product rule)."""
+    if schedule is None:
+        return {"threads": "0", "prefetch": "0", "batch": "0", "nzsplit": "0"}
+    return {
+        "threads": "1" if schedule.threads == 1 else "2",
+        "prefetch": str(int(schedule.prefetch)),
+        "batch": str(int(schedule.batch)),
+        "nzsplit": str(int(schedule.nzsplit)),
+    }
 
 
 @lru_cache(maxsize=512)

@@ -29,7 +29,13 @@ from pydantic import BaseModel, ConfigDict
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.space import LoopNest, Space, load_space_spec, space_file
-from cognate.targets.cpu.codegen import PLAIN_CSR_ORDER, VECTOR_KNOBS, VectorTile
+from cognate.targets.cpu.codegen import (
+    PLAIN_CSR_ORDER,
+    SCHEDULE_KNOBS,
+    VECTOR_KNOBS,
+    Schedule,
+    VectorTile,
+)
 from cognate.targets.cpu.families import CSR
 from cognate.targets.cpu.family_space import Families, FamilySpec, KernelFamily
 
@@ -245,6 +251,7 @@ class CpuSpace(Space):
         """The WACO CSR family's validation (``family: csr`` dropped, see ``validate``)."""
         knobs = {k: v for k, v in knobs.items() if k != "family"}
         vector = {k: knobs.pop(k) for k in list(knobs) if k in VECTOR_KNOBS}
+        schedule = {k: knobs.pop(k) for k in list(knobs) if k in SCHEDULE_KNOBS}
         unknown = sorted(str(k) for k in knobs if k not in KNOBS)
         if unknown:
             raise self._error(f"unknown knob(s) {', '.join(unknown)}; expected {', '.join(KNOBS)}")
@@ -269,21 +276,12 @@ class CpuSpace(Space):
         clean["formats"] = formats
         if vector:
             clean.update(self._vector_knobs(clean, vector))
+        if schedule:
+            clean.update(self._schedule_knobs(clean, schedule))
         return Config(TARGET, self.op, clean)
 
-    def _vector_knobs(self, clean: Mapping[str, Any], vector: Mapping[str, Any]) -> dict[str, int]:
-        """The plain CSR SpMM kernel's vector knobs (codegen.VECTOR_KNOBS), all three or none.
-        Any whitelisted width is accepted here, so records of another host stay readable; a
-        width this host lacks is refused where its kernel is generated (isa.py)."""
-        if len(vector) != len(VECTOR_KNOBS):
-            raise self._error(f"vector knobs come together: {', '.join(VECTOR_KNOBS)}")
-        out = {}
-        for knob, legal in VECTOR_KNOBS.items():
-            value = vector[knob]
-            if isinstance(value, bool) or not isinstance(value, int) or value not in legal:
-                raise self._error(f"{knob} must be one of {legal}, got {_short(value)}")
-            out[knob] = int(value)
-        plain = (
+    def _plain_csr_spmm(self, clean: Mapping[str, Any]) -> bool:
+        return (
             self.op == "spmm"
             and tuple(clean["order"]) == PLAIN_CSR_ORDER
             and clean["isplit"] == 1
@@ -293,8 +291,39 @@ class CpuSpace(Space):
             and clean["formats"][2] == "C"
             and clean["formats"][3] == "U"
         )
-        if not plain:
-            raise self._error("vector knobs apply to the plain CSR SpMM kernel only")
+
+    def _schedule_knobs(self, clean: Mapping[str, Any], given: Mapping[str, Any]) -> dict[str, int]:
+        """The plain CSR SpMM kernel's schedule knobs (codegen.SCHEDULE_KNOBS), all or none."""
+        out = self._knob_group(clean, given, SCHEDULE_KNOBS, "schedule")
+        problem = Schedule(**out).problem()
+        if problem:
+            raise self._error(problem)
+        return out
+
+    def _vector_knobs(self, clean: Mapping[str, Any], vector: Mapping[str, Any]) -> dict[str, int]:
+        """The plain CSR SpMM kernel's vector knobs (codegen.VECTOR_KNOBS), all three or none.
+        Any whitelisted width is accepted here, so records of another host stay readable; a
+        width this host lacks is refused where its kernel is generated (isa.py)."""
+        return self._knob_group(clean, vector, VECTOR_KNOBS, "vector")
+
+    def _knob_group(
+        self,
+        clean: Mapping[str, Any],
+        given: Mapping[str, Any],
+        group: Mapping[str, tuple[int, ...]],
+        what: str,
+    ) -> dict[str, int]:
+        """A group of the plain CSR SpMM kernel's integer knobs: all or none, whitelisted."""
+        if len(given) != len(group):
+            raise self._error(f"{what} knobs come together: {', '.join(group)}")
+        out = {}
+        for knob, legal in group.items():
+            value = given[knob]
+            if isinstance(value, bool) or not isinstance(value, int) or value not in legal:
+                raise self._error(f"{knob} must be one of {legal}, got {_short(value)}")
+            out[knob] = int(value)
+        if not self._plain_csr_spmm(clean):
+            raise self._error(f"{what} knobs apply to the plain CSR SpMM kernel only")
         return out
 
     def dims(self, shape: tuple[int, int], width: int | None = None) -> dict[str, int]:
@@ -374,6 +403,9 @@ class CpuSpace(Space):
         if "vbits" in config.knobs:
             tile = VectorTile(config["vbits"], config["vregs"], config["unroll"])
             vector = f" | {tile.words()}"
+        if "nzsplit" in config.knobs:
+            schedule = Schedule(**{k: config[k] for k in SCHEDULE_KNOBS})
+            vector += f" | {schedule.words()}"
         return (
             f"{self.op} {splits} order {' '.join(order)} | A {storage} | "
             f"omp {parallel_loop(order)} dynamic,{config['chunk']}{vector}"

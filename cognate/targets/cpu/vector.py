@@ -1,15 +1,18 @@
-"""The vector knobs' variants ``tune --verify`` times beside the model's picks.
+"""The vector and schedule knobs' variants ``tune --verify`` times beside the model's picks.
 
-The shipped cost models encode a config without its vector knobs (the space's
+The shipped cost models encode a config without its vector and schedule knobs (the space's
 ``knob_features`` leave them out), so they rank a variant exactly as its base config: the
 model cannot choose among them, and retraining on records of the new knobs is not done yet.
 So the measurement chooses: for the best-ranked plain CSR SpMM config among the candidates
 (else the baseline), its variants at every vector width this host has from 256 bits up,
-with register tiles that cover the dense width and two unrolls, are checked and timed with
-the candidates, and the fastest measured one wins as any candidate does.
+with register tiles that cover the dense width and two unrolls, and its kernel under the two
+schedules that won most often in scripts/bench_space_oracle.py (rows claimed 256 at a time,
+the merge-path nonzero split; all threads, no prefetch), are checked and timed with the
+candidates, and the fastest measured one wins as any candidate does.
 
-``COGNATE_VECTOR_VARIANTS=0`` turns them off (the kernel of a config without vector knobs,
-256-bit, is then the only plain CSR kernel timed: the tuner as it was before the knobs).
+``COGNATE_VECTOR_VARIANTS=0`` turns them off (the kernel of a config without these knobs,
+256-bit, default schedule, is then the only plain CSR kernel timed: the tuner as it was
+before the knobs).
 """
 
 from __future__ import annotations
@@ -18,10 +21,19 @@ import os
 from collections.abc import Sequence
 
 from cognate.config import Config
-from cognate.targets.cpu.codegen import DEFAULT_VECTOR, VECTOR_KNOBS, VectorTile
+from cognate.targets.cpu.codegen import (
+    DEFAULT_VECTOR,
+    SCHEDULE_KNOBS,
+    VECTOR_KNOBS,
+    Schedule,
+    VectorTile,
+)
 from cognate.targets.cpu.isa import host_isa
 
 UNROLLS = (2, 4)
+# The schedules verify tries on the base config's kernel (bench_space_oracle.py's most frequent
+# winners beside the tasks the kernel runs by default).
+SCHEDULES = (Schedule(threads=0, batch=256), Schedule(threads=0, nzsplit=1))
 
 
 def variants_enabled() -> bool:
@@ -61,17 +73,22 @@ def vector_variants(op: str, width: int, configs: Sequence[Config]) -> list[tupl
     base = next((c for c in configs if is_plain_csr_spmm(c)), None)
     if base is None:
         return []
-    plain = {k: v for k, v in base.knobs.items() if k not in VECTOR_KNOBS}
+    plain = {k: v for k, v in base.knobs.items() if k not in {**VECTOR_KNOBS, **SCHEDULE_KNOBS}}
     from cognate.targets.cpu.space import make_space
 
     space = make_space(op)
     widths = [bits for bits in host_isa().widths if bits >= 256]
     seen = {c.hash for c in configs}
     found = []
-    for tile in tiles_for(width, widths):
-        if "vbits" not in base.knobs and tile == DEFAULT_VECTOR:
-            continue  # the base config runs this very kernel
-        config = space.validate({**plain, **tile.knobs})
+    own_tile = {k: base.knobs[k] for k in VECTOR_KNOBS if k in base.knobs}
+    knobs = [
+        {**plain, **tile.knobs}
+        for tile in tiles_for(width, widths)
+        if "vbits" in base.knobs or tile != DEFAULT_VECTOR  # else: the base's very kernel
+    ]
+    knobs += [{**plain, **own_tile, **schedule.knobs} for schedule in SCHEDULES]
+    for variant in knobs:
+        config = space.validate(variant)
         if config.hash not in seen:
             seen.add(config.hash)
             found.append((base, config))
