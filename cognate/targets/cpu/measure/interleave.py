@@ -64,8 +64,8 @@ def _inputs(job: dict[str, Any]) -> tuple[Any, Any, tuple[np.ndarray, ...]]:
 
 class LastPack:
     """The packed A of the last config, reused by a next config of the same layout: vector
-    width / register tile variants of a plain CSR config differ in the kernel only (one
-    pack of 10^8 nonzeros takes tens of seconds)."""
+    width / register tile and schedule variants of a plain CSR config differ in the kernel
+    only (one pack of 10^8 nonzeros takes tens of seconds)."""
 
     def __init__(self) -> None:
         self.key: tuple | None = None
@@ -73,9 +73,10 @@ class LastPack:
 
     @staticmethod
     def layout_key(knobs: dict) -> tuple:
-        from cognate.targets.cpu.codegen import VECTOR_KNOBS
+        from cognate.targets.cpu.codegen import SCHEDULE_KNOBS, VECTOR_KNOBS
 
-        return tuple(sorted((k, str(v)) for k, v in knobs.items() if k not in VECTOR_KNOBS))
+        kernel_only = {**VECTOR_KNOBS, **SCHEDULE_KNOBS}
+        return tuple(sorted((k, str(v)) for k, v in knobs.items() if k not in kernel_only))
 
     def pack(self, source: Any, op: str, knobs: dict, width: int) -> Any:
         from cognate.targets.cpu import families
