@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from cases import PLAIN_CSR_SPMM
-from cognate.io import load_matrix
 
 from cognate.errors import CognateError
+from cognate.formats.read import load_matrix
 from cognate.synth import generate
 from cognate.targets.cpu import families
 from cognate.targets.cpu.codegen import SCHEDULE_KNOBS, Schedule, structure_of
