@@ -9,17 +9,18 @@ CSR" is the difference. Steps:
 - info: ``data info``'s statistics (``matrix_stats``)
 - rank: the cost model's ranking alone (featurize + draw + encode + score)
 - tune: ``cognate.tune`` without ``--verify`` (the ranking plus the target's runnable
-  checks, which on cpu pack each checked config)
+  checks, on cpu a size check from row and column statistics, no packing)
 - verify: ``cognate.tune(..., verify=True)``
 - spmm: the rank-only pick's ``result.kernel(B, out=C)`` against MKL-IE (handle created
   and optimized once, default OpenMP waits), both checked on a sample of rows against a
-  float64 scipy reference, then timed in interleaved rounds; medians with their spread.
+  float64 scipy reference, then each timed in its own block of calls after a >= 0.25 s
+  lead-in; medians with their spread.
 
 Graphs are generated once (``cognate data synth``) into ``--cache`` (default
-$COGNATE_HOME/scale or /tmp/cognate-scale), never into the repository; generate them under
-``cpu-gate heavy``, time under ``cpu-gate quiet``:
+$COGNATE_HOME/scale or /tmp/cognate-scale), never into the repository. Time on a quiet
+machine (nothing else running: on 2 busy cores 2-thread kernels slow 10-40x):
 
-    /work/tools/cpu-gate quiet python scripts/bench_scale.py --graphs powerlaw:1000000 \\
+    python scripts/bench_scale.py --graphs powerlaw:1000000 \\
         powerlaw:10000000 --steps read info rank tune spmm --widths 32 128
 
 The last lines print each step's log-log slope of wall time against nnz. Host: AMD Zen 4,
