@@ -61,6 +61,6 @@ def test_collect_stores_spade_inverted_records(tmp_path: Path, shared: Path) -> 
     assert result.exit_code == 0, result.output
     with Store(db, readonly=True) as store:
         frame = store.frame(target="spade-inverted", op="spmm")
-    assert len(frame) == 256 and set(frame["status"]) == {"ok"}
+    assert len(frame) == 448 and set(frame["status"]) == {"ok"}
     assert set(frame["host"]) == {"sim"}  # a simulator: host-independent records
     assert frame["is_baseline"].sum() == 1
