@@ -110,8 +110,9 @@ def _footnotes(result: Any, notes: list[list[str]], simulated: bool) -> list[str
         )
     if "variant" in marks:
         lines.append(
-            "variant: a ranked config with another vector width / register tile (knobs the "
-            "model does not rank), measured beside it so that the timing decides"
+            "variant: a ranked config with another vector width / register tile or thread "
+            "schedule (knobs the model does not rank), measured beside it so that the timing "
+            "decides"
         )
     if simulated:
         lines.append(f"runtimes are simulated: the {result.target} simulator, not hardware")

@@ -116,7 +116,7 @@ def _verify_line(result: TuneResult, target: Target) -> str:
     line += f"{variants} variants of them, " if variants else ""
     line += "and the baseline)"
     return line + (
-        " and the library references in interleaved rounds" if target.has_library else ""
+        " and the library references, side by side in rounds" if target.has_library else ""
     )
 
 
