@@ -297,6 +297,13 @@ def _optional_number(frame: pd.DataFrame, column: str, low: float, high: float) 
     return ~(values.isna() | (numeric & numbers.between(low, high)))
 
 
+def _optional_integer(frame: pd.DataFrame, column: str, low: int, high: int) -> pd.Series:
+    """Rows whose ``column`` is set but not a whole number in [low, high]."""
+    bad = _optional_number(frame, column, low, high)
+    numbers = pd.to_numeric(frame[column].where(~bad), errors="coerce")
+    return bad | (numbers.notna() & (numbers != numbers.round()))
+
+
 def _store_column_problems(
     frame: pd.DataFrame, value: Callable[[str], Callable[[int], str]]
 ) -> Iterator[tuple[Callable[[int], str], pd.Series]]:
@@ -306,9 +313,7 @@ def _store_column_problems(
     from cognate.store import _LOAD_COLUMNS
 
     if "attempts" in frame:
-        bad = _optional_number(frame, "attempts", 1, MAX_ATTEMPTS)
-        numbers = pd.to_numeric(frame["attempts"].where(~bad), errors="coerce")
-        bad |= numbers.notna() & (numbers != numbers.round())
+        bad = _optional_integer(frame, "attempts", 1, MAX_ATTEMPTS)
         yield (lambda row: f"{value('attempts')(row)} is not an integer >= 1"), bad
     if "noisy" in frame:
         yield (
@@ -327,9 +332,7 @@ def _store_column_problems(
             ~frame["isa"].map(lambda v: _is_missing(v) or _is_isa_name(v)),
         )
     if "vector_bits" in frame:
-        bad = _optional_number(frame, "vector_bits", 1, MAX_VECTOR_BITS)
-        numbers = pd.to_numeric(frame["vector_bits"].where(~bad), errors="coerce")
-        bad |= numbers.notna() & (numbers != numbers.round())
+        bad = _optional_integer(frame, "vector_bits", 1, MAX_VECTOR_BITS)
         yield (lambda row: f"{value('vector_bits')(row)} is not empty or a bit count"), bad
     if "error" in frame:
         yield (

@@ -22,7 +22,8 @@ SIMULATED_HOST = "sim"
 _VALID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:@-]{0,63}")
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU model name (/proc/cpuinfo), or what platform knows of the processor."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -43,7 +44,7 @@ def _memory_gib() -> int:
 @cache
 def machine_id() -> str:
     """``h-`` + 12 hex digits of sha256(CPU model, core count, memory in GiB)."""
-    text = f"{_cpu_model()}|{os.cpu_count()}|{_memory_gib()}"
+    text = f"{cpu_model()}|{os.cpu_count()}|{_memory_gib()}"
     return "h-" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 

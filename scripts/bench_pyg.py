@@ -42,7 +42,6 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from cognate.timing import early_threads
 
@@ -348,12 +347,10 @@ def main(argv: list[str] | None = None) -> int:
     except ImportError:
         print("bench_pyg: torch_geometric is not installed (pip install 'cognate[pyg]')")
         return 1
-    from cognate.hostid import _cpu_model
+    from cognate.hostid import cpu_model
+    from cognate.targets.cpu.isa import host_isa
 
-    cpuinfo = Path("/proc/cpuinfo")
-    flags = cpuinfo.read_text() if cpuinfo.is_file() else ""
-    isa = "AVX-512" if "avx512f" in flags else "no AVX-512 (or unknown)"
-    print(f"host: {_cpu_model()} ({isa}), {torch.get_num_threads()} cores used by torch")
+    print(f"host: {cpu_model()}, {host_isa().line()}, {torch.get_num_threads()} torch threads")
     print(
         f"torch {torch.__version__}, torch_geometric {torch_geometric.__version__},"
         f" {torch.get_num_threads()} torch threads; hidden {args.hidden}, features"

@@ -13,6 +13,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+import scipy.sparse as sp
+
 from cognate.budget import MEMORY_ENV, gib, memory_budget
 from cognate.errors import InputError
 from cognate.matrix import Matrix
@@ -62,3 +64,26 @@ def check_room(matrix: Matrix, what: str, needed: int) -> None:
             f"{what} needs about {gib(needed)} GiB beside the {gib(held)} GiB this process"
             f" holds, over the memory budget of {gib(budget)} GiB ({MEMORY_ENV} to change)",
         )
+
+
+# A measurement's prices, before its configs' families are known (collect's worker,
+# tune --verify): bytes per stored entry of one packed A kept for a kernel (csr family: crd,
+# values and each nonzero's slot; the template families store less) and the peak of packing
+# one (the csr family's 64-bit level coordinates, sort key and permutation).
+PACKED_PER_ENTRY = 24
+MEASURE_PACK_PEAK_PER_ENTRY = 72
+
+
+def operand_bytes(csr: sp.csr_matrix, op: str, width: int) -> int:
+    """A's CSR and the dense inputs of a measurement (float32)."""
+    rows, cols = csr.shape
+    dense = cols if op == "spmm" else rows + cols
+    return 12 * int(csr.nnz) + 8 * rows + 4 * dense * width
+
+
+def measured_kernel_bytes(csr: sp.csr_matrix, op: str, width: int) -> tuple[int, int]:
+    """(bytes one prepared kernel holds: its packed A and output; the peak of packing it)."""
+    rows = csr.shape[0]
+    out = 4 * rows * width if op == "spmm" else 4 * int(csr.nnz)
+    held = PACKED_PER_ENTRY * int(csr.nnz) + 8 * rows + out
+    return held, MEASURE_PACK_PEAK_PER_ENTRY * int(csr.nnz)

@@ -163,27 +163,6 @@ class Reference:
         return f"{problem} (checked {self.describe()}; first bad row {int(self.row_of[first])})"
 
 
-# Bytes per stored entry of one packed A kept for a kernel (csr family: crd, values and each
-# nonzero's slot; the template families store less) and the peak of packing one (the csr
-# family's 64-bit level coordinates, sort key and permutation).
-PACKED_PER_ENTRY = 24
-PACK_PEAK_PER_ENTRY = 72
-
-
-def operand_bytes(csr: sp.csr_matrix, op: str, width: int) -> int:
-    """A's CSR and the dense inputs of a measurement (float32)."""
-    rows, cols = csr.shape
-    dense = cols if op == "spmm" else rows + cols
-    return 12 * int(csr.nnz) + 8 * rows + 4 * dense * width
-
-
-def kernel_bytes(csr: sp.csr_matrix, op: str, width: int) -> tuple[int, int]:
-    """(bytes one prepared kernel holds: its packed A and output; the peak of packing it)."""
-    rows = csr.shape[0]
-    out = 4 * rows * width if op == "spmm" else 4 * int(csr.nnz)
-    return PACKED_PER_ENTRY * int(csr.nnz) + 8 * rows + out, PACK_PEAK_PER_ENTRY * int(csr.nnz)
-
-
 def reference_for(
     csr: sp.csr_matrix,
     op: str,

@@ -34,13 +34,8 @@ from cognate.lifetime import die_with_parent
 from cognate.runner import ERROR_CHARS
 from cognate.stats import timing_spread
 from cognate.targets.cpu import families
-from cognate.targets.cpu.measure.check import (
-    OPERAND_SEED,
-    dense_operands,
-    kernel_bytes,
-    operand_bytes,
-    reference_for,
-)
+from cognate.targets.cpu.measure.check import OPERAND_SEED, dense_operands, reference_for
+from cognate.targets.cpu.price import measured_kernel_bytes, operand_bytes
 
 
 class _MatrixState:
@@ -61,7 +56,7 @@ class _MatrixState:
         self.op, self.width = op, int(width)
         self.source = families.PackSource(csr, row_perm, col_perm)  # its view built once
         self.operands = dense_operands(op, csr.shape, width, OPERAND_SEED)
-        packed, peak = kernel_bytes(csr, op, width)  # one config packed at a time
+        packed, peak = measured_kernel_bytes(csr, op, width)  # one config packed at a time
         held = operand_bytes(csr, op, width) + packed + peak
         self.reference = reference_for(csr, op, self.operands, held)  # sampled if over budget
 
