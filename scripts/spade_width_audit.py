@@ -12,6 +12,7 @@ rp values.
     python scripts/spade_width_audit.py --sample 10 --workers 2 --csv audit.csv
     python scripts/spade_width_audit.py --from-csv audit.csv      # the tables only
     python scripts/spade_width_audit.py --db STORE --op sddmm     # from collected records
+    python scripts/spade_width_audit.py --db STORE --target spade-calibrated
 
 With ``--db`` the tables come from a record store's spade records of the current space
 (matrices measured on every config, at every width the store holds) instead of new
@@ -95,20 +96,21 @@ def audit_one(relative: str) -> list[dict]:
     return rows
 
 
-def store_frame(db: Path, op: str) -> pd.DataFrame:
-    """The store's ok spade records of ``op`` on matrices measured on every config of the
-    current space at a width, as the frame ``audit_one`` builds (one row per run)."""
+def store_frame(db: Path, op: str, target: str = "spade") -> pd.DataFrame:
+    """The store's ok records of a spade-like ``target`` and ``op`` on matrices measured on
+    every config of the current space at a width, as the frame ``audit_one`` builds (one
+    row per run)."""
     from cognate.records import record_frame
     from cognate.targets import get_target
 
-    space = get_target("spade").space(op)
+    space = get_target(target).space(op)
     frame = record_frame(db, space)
     frame = frame[frame.status == "ok"]
     size = len(space.all_configs())
     complete = frame.groupby(["matrix_sha256", "width"]).config_hash.transform("nunique")
     frame = frame[complete == size]
     if frame.empty:
-        raise CognateError(f"{db}: no spade {op} matrix measured on all {size} configs")
+        raise CognateError(f"{db}: no {target} {op} matrix measured on all {size} configs")
     knobs = pd.DataFrame([json.loads(c) for c in frame.config], index=frame.index)
     return pd.concat(
         [frame[["matrix", "nnz", "width"]], knobs[list(KNOBS)], frame.runtime_s.rename("seconds")],
@@ -126,7 +128,7 @@ def leave_one_out_share(group: pd.DataFrame) -> float:
     return float(np.exp(np.mean(picked)))
 
 
-def tables(frame: pd.DataFrame, op: str = "spmm") -> str:
+def tables(frame: pd.DataFrame, op: str = "spmm", target: str = "spade") -> str:
     """The per-width audit as markdown."""
     frame = frame.copy()
     for knob in KNOBS:  # compare as text: a CSV reads cp back as strings
@@ -139,7 +141,7 @@ def tables(frame: pd.DataFrame, op: str = "spmm") -> str:
         group = group.assign(share=ratio)
         matrices = group.matrix.nunique()
         out.append(
-            f"#### spade {op}, N = {width}: {matrices} matrices, {group.config.nunique()} configs\n"
+            f"#### {target} {op}, N = {width}: {matrices} matrices, {group.config.nunique()} configs\n"
         )
         out.append(
             "| knob | value | oracle takes it | best config with it, % of oracle | within 5% |"
@@ -170,7 +172,8 @@ def tables(frame: pd.DataFrame, op: str = "spmm") -> str:
             f"config {_knobs(shipped_best.idxmax())} reaches {shipped_best.max():.1%} of "
             f"that space's oracle. Chosen on the other matrices (leave one out), the best "
             f"fixed config reaches {leave_one_out_share(group):.1%} of the oracle; "
-            f"{_oracle_configs(group)} distinct configs are some matrix's oracle."
+            f"{_oracle_configs(group)} distinct configs are some matrix's oracle. "
+            f"{_fixed_spread_words(group, best_config)}"
         )
         out.append("")
     everywhere = frame.assign(share=_shares(frame)).groupby("config").share
@@ -180,6 +183,17 @@ def tables(frame: pd.DataFrame, op: str = "spmm") -> str:
         f"{everywhere.max():.1%} of the per-width oracle (geomean over matrices and widths)."
     )
     return "\n".join(out)
+
+
+def _fixed_spread_words(group: pd.DataFrame, config: str) -> str:
+    """How far the best fixed config is from each matrix's oracle: whether the landscape
+    depends on the matrix."""
+    shares = group[group.config == config].set_index("matrix").share
+    return (
+        f"That config is within 5% of the oracle on {(shares >= 0.95).mean():.0%} of the "
+        f"matrices and below 80% on {(shares < 0.8).mean():.0%}; its worst is "
+        f"{shares.min():.1%} ({shares.idxmin()})."
+    )
 
 
 def _oracle_configs(group: pd.DataFrame) -> int:
@@ -238,11 +252,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--from-csv", type=Path)
     parser.add_argument("--db", type=Path, help="a record store: tables from its records")
     parser.add_argument("--op", choices=("spmm", "sddmm"), default="spmm")
+    parser.add_argument(
+        "--target", default="spade", help="with --db: a spade-like target (spade-calibrated)"
+    )
     parser.add_argument("--shipped-models", action="store_true")
     args = parser.parse_args(argv)
     if args.db:
-        print(tables(store_frame(args.db, args.op), args.op))
+        print(tables(store_frame(args.db, args.op, args.target), args.op, args.target))
         if args.shipped_models:
+            if args.target != "spade":
+                raise CognateError("--shipped-models: the shipped models are the spade target's")
             print("\n".join(["", *shipped_model_lines(args.db, args.op)]))
         return 0
     if args.from_csv:

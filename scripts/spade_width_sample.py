@@ -10,6 +10,10 @@ on which generated files exist: the sample the per-width records were collected 
 docs/evaluation/widths-matrices.txt.
 
     python scripts/spade_width_sample.py > matrices.txt   # one path per line
+    python scripts/spade_width_sample.py --counts ngraph=80,suitesparse=24,waco=2,base=8,extra=8,scale=16
+
+The second is the sample of the spade-calibrated records (docs/evaluation/report.md; the
+list is docs/evaluation/calibrated-matrices.txt).
 """
 
 from __future__ import annotations
@@ -40,8 +44,8 @@ def path_of(source: str) -> Path:
     return corpus_dir() / source.removeprefix("corpus:")
 
 
-def sample(max_nnz: int) -> pd.DataFrame:
-    """Per kind, PER_KIND matrices measured on all configs at width 64, evenly by nnz."""
+def sample(max_nnz: int, per_kind: dict[str, int] = PER_KIND) -> pd.DataFrame:
+    """Per kind, ``per_kind`` matrices measured on all configs at width 64, evenly by nnz."""
     records = pd.read_parquet(RECORDS, columns=["matrix", "source", "nnz", "width"])
     records = records[records.width == 64]
     counts = records.groupby("source").size()
@@ -51,7 +55,7 @@ def sample(max_nnz: int) -> pd.DataFrame:
     pool["kind"] = pool.source.map(kind_of)
     picks = []
     for kind, group in pool.sort_values(["nnz", "matrix"]).groupby("kind"):
-        count = min(PER_KIND.get(kind, 0), len(group))
+        count = min(per_kind.get(kind, 0), len(group))
         index = np.unique(np.linspace(0, len(group) - 1, num=count).round().astype(int))
         picks.append(group.iloc[index])
     return pd.concat(picks)
@@ -60,8 +64,14 @@ def sample(max_nnz: int) -> pd.DataFrame:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-nnz", type=int, default=140_000)
+    parser.add_argument(
+        "--counts",
+        default=",".join(f"{k}={v}" for k, v in PER_KIND.items()),
+        help="matrices per kind, KIND=N,... (default %(default)s)",
+    )
     args = parser.parse_args()
-    chosen = sample(args.max_nnz)
+    per_kind = {k: int(v) for k, v in (item.split("=") for item in args.counts.split(","))}
+    chosen = sample(args.max_nnz, per_kind)
     for source in chosen.source:
         print(path_of(source))
     summary = chosen.groupby("kind").nnz.agg(["size", "min", "max", "sum"])

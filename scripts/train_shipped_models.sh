@@ -11,7 +11,7 @@
 #   cpu-<op>   = cognate pretrain on the store's cpu records
 #   spade-<op> = cognate finetune of cpu-<op> on the spade records (the COGNATE recipe), or,
 #                with --spade pretrain / when there is no cpu model, cognate pretrain on the
-#                spade records directly.
+#                spade records directly; spade-calibrated-<op> the same on that target's.
 #   gpu-<op>   = while the store holds no gpu record: cpu-<op> carried over zero-shot
 #                (cognate finetune --zero-shot --without-records), labelled as such.
 # A (target, op) without records in the store is skipped with a message, not an error.
@@ -161,7 +161,6 @@ for op in spmm sddmm; do
   # Counted up front: a failing count (e.g. a broken environment) must stop the script,
   # not read as "no records" inside a test.
   cpu_ok="$(ok_records cpu "$op")"
-  spade_ok="$(ok_records spade "$op")"
   if ! wanted "cpu-$op"; then
     :
   elif [ "$cpu_ok" -gt 0 ]; then
@@ -183,21 +182,25 @@ for op in spmm sddmm; do
     provenance "$gpu_model" "${cmd[@]}"
   fi
 
-  spade_model="$OUT/spade-$op.safetensors"
-  wanted "spade-$op" || continue
-  if [ "$spade_ok" -eq 0 ]; then
-    echo "== spade $op: no ok records in $DB, skipped"
-    continue
-  fi
-  if [ "$SPADE_MODE" = finetune ] && [ -f "$cpu_model" ] && cognate finetune --help >/dev/null 2>&1; then
-    cmd=(finetune --model "$cpu_model" --db "$SNAP" --target spade --op "$op" "${epochs_args[@]}" -o "$spade_model")
-    [ -n "$SPADE_MATRICES" ] && cmd+=(--matrices "$SPADE_MATRICES")
-  else
-    cmd=(pretrain --db "$SNAP" --target spade --op "$op" --preset "$PRESET" "${epochs_args[@]}" "${pretrain_args[@]}" -o "$spade_model")
-  fi
-  echo "== cognate ${cmd[*]}"
-  cognate "${cmd[@]}"
-  with_portfolio "$spade_model"
-  provenance "$spade_model" "${cmd[@]}"
+  # spade: the scaled machine of the published records; spade-calibrated: the calibrated
+  # machine (data/records/calibrated). Each is trained where the store has its records.
+  for spade in spade spade-calibrated; do
+    spade_model="$OUT/$spade-$op.safetensors"
+    wanted "$spade-$op" || continue
+    if [ "$(ok_records "$spade" "$op")" -eq 0 ]; then
+      echo "== $spade $op: no ok records in $DB, skipped"
+      continue
+    fi
+    if [ "$SPADE_MODE" = finetune ] && [ -f "$cpu_model" ] && cognate finetune --help >/dev/null 2>&1; then
+      cmd=(finetune --model "$cpu_model" --db "$SNAP" --target "$spade" --op "$op" "${epochs_args[@]}" -o "$spade_model")
+      [ -n "$SPADE_MATRICES" ] && cmd+=(--matrices "$SPADE_MATRICES")
+    else
+      cmd=(pretrain --db "$SNAP" --target "$spade" --op "$op" --preset "$PRESET" "${epochs_args[@]}" "${pretrain_args[@]}" -o "$spade_model")
+    fi
+    echo "== cognate ${cmd[*]}"
+    cognate "${cmd[@]}"
+    with_portfolio "$spade_model"
+    provenance "$spade_model" "${cmd[@]}"
+  done
 done
 ls -l "$OUT"

@@ -35,7 +35,7 @@ LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 # Front ends of one target, which import it by design: cognate.torch and cognate.pyg run the
 # cpu kernels; `data import-waco` reads WACO's cpu schedules.
 TARGET_FRONT_ENDS = ("cognate.torch", "cognate.pyg", "cognate.cli.data_waco")
-TARGET_NAMES = {"cpu", "spade", "gpu", "spade-inverted"}
+TARGET_NAMES = {"cpu", "spade", "gpu", "spade-inverted", "spade-calibrated"}
 
 
 def _modules() -> Iterator[tuple[str, Path]]:

@@ -25,7 +25,7 @@ from cognate.space import Space
 
 OPS: tuple[str, ...] = ("spmm", "sddmm")
 # The targets that ship with cognate (a package each under cognate/targets/).
-KNOWN_TARGETS: tuple[str, ...] = ("cpu", "spade", "gpu", "spade-inverted")
+KNOWN_TARGETS: tuple[str, ...] = ("cpu", "spade", "gpu", "spade-inverted", "spade-calibrated")
 
 
 @dataclass

@@ -41,13 +41,26 @@ def simulation_cost(width: int) -> Cost:
     return Cost(32, 16, 96)
 
 
-TARGET = SpadeTarget(
+def simulated_target(
+    name: str, space: type[SpadeSpace], runner: type[SpadeRunner], description: str
+) -> SpadeTarget:
+    """spade or a variant of it (same knobs, another machine): simulations may share the
+    host and cost what ``simulation_cost`` says."""
+    return SpadeTarget(
+        name,
+        make_space=space,
+        make_runner=runner,
+        description=description,
+        exclusive=False,
+        measure_cost=simulation_cost,
+    )
+
+
+TARGET = simulated_target(
     "spade",
-    make_space=SpadeSpace,
-    make_runner=SpadeRunner,
-    description="simulated SPADE-like accelerator (16 PEs, tag-matched registers, L1/L2/LLC)",
-    exclusive=False,
-    measure_cost=simulation_cost,
+    SpadeSpace,
+    SpadeRunner,
+    "simulated SPADE-like accelerator (16 PEs, tag-matched registers, L1/L2/LLC)",
 )
 
-__all__ = ["TARGET", "SpadeRunner", "SpadeSpace", "SpadeTarget"]
+__all__ = ["TARGET", "SpadeRunner", "SpadeSpace", "SpadeTarget", "simulated_target"]

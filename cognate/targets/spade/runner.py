@@ -21,27 +21,31 @@ class SpadeRunner(Runner):
     """
 
     target = "spade"
+    space_class: type[SpadeSpace] = SpadeSpace  # a variant target's space, under its name
 
     # Options other runners take; accepted so one collect command line fits every target.
     IGNORED_OPTIONS: tuple[str, ...] = ("timeout_s", "repeats")
 
-    def __init__(self, machine: str | Machine = "spade", **options: object) -> None:
-        """``timeout_s`` and ``repeats`` are accepted and ignored: a simulation is
-        deterministic, so one run is the measurement. Any other option is a typo."""
+    def __init__(self, machine: str | Machine | None = None, **options: object) -> None:
+        """``machine``: a machine file's name (default: the target's own,
+        configs/<target>.yaml). ``timeout_s`` and ``repeats`` are accepted and ignored: a
+        simulation is deterministic, so one run is the measurement. Any other option is a
+        typo."""
         unknown = sorted(set(options) - set(self.IGNORED_OPTIONS))
         if unknown:
             known = ", ".join(("machine", *self.IGNORED_OPTIONS))
             raise CognateError(
-                f"target spade: runner does not take these options ({', '.join(unknown)}); "
+                f"target {self.target}: runner does not take these options ({', '.join(unknown)}); "
                 f"it takes {known}"
             )
+        machine = self.target if machine is None else machine
         self.machine = load_machine(machine) if isinstance(machine, str) else machine
         self._spaces: dict[str, SpadeSpace] = {}
         self._tilings: dict[tuple[int, int | None], Tiling] = {}  # this batch's, by (rp, cp)
 
     def _space(self, op: str) -> SpadeSpace:
         if op not in self._spaces:
-            self._spaces[op] = SpadeSpace(op)
+            self._spaces[op] = self.space_class(op)
         return self._spaces[op]
 
     def begin_batch(self, matrix: Matrix, op: str, width: int) -> None:

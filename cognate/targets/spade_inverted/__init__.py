@@ -10,8 +10,7 @@ Everything else (knobs, machine parameters, the C core) is spade's.
 
 from __future__ import annotations
 
-from cognate.targets.spade import SpadeRunner, SpadeSpace, SpadeTarget, simulation_cost
-from cognate.targets.spade.simulator import Machine
+from cognate.targets.spade import SpadeRunner, SpadeSpace, simulated_target
 
 NAME = "spade-inverted"
 
@@ -26,23 +25,14 @@ class InvertedRunner(SpadeRunner):
     """SpadeRunner on the inverted machine; its configs are validated by InvertedSpace."""
 
     target = NAME
-
-    def __init__(self, machine: str | Machine = NAME, **options: object) -> None:
-        super().__init__(machine, **options)
-
-    def _space(self, op: str) -> SpadeSpace:
-        if op not in self._spaces:
-            self._spaces[op] = InvertedSpace(op)
-        return self._spaces[op]
+    space_class = InvertedSpace
 
 
-TARGET = SpadeTarget(
+TARGET = simulated_target(
     NAME,
-    make_space=InvertedSpace,
-    make_runner=InvertedRunner,
-    description="spade with the barrier mechanism inverted relative to its mapper (a test)",
-    exclusive=False,
-    measure_cost=simulation_cost,
+    InvertedSpace,
+    InvertedRunner,
+    "spade with the barrier mechanism inverted relative to its mapper (a test)",
 )
 
 __all__ = ["NAME", "TARGET", "InvertedRunner", "InvertedSpace"]
