@@ -1,9 +1,10 @@
 """The spade-calibrated target: spade's schedules on the calibrated machine (docs/spade.md).
 
-The machine (configs/spade-calibrated.yaml) is the one whose runtimes were checked against
-HotTiles' SST simulation of SPADE PEs (configs/spade-hottiles.yaml, scripts/calibrate_spade.py),
-with its L1 and victim cache divided by 8 so that the record matrices (10^2-10^6 nonzeros)
-overflow them the way the calibration matrices (10^7-10^8) overflow the full-size ones.
+The machine (configs/spade-calibrated.yaml) is the calibration machine, whose runtimes were
+checked against HotTiles' SST simulation of SPADE PEs (configs/spade-hottiles.yaml,
+scripts/calibrate_spade.py), with its L1 and victim cache divided by 8 so that the record
+matrices (10^2-10^6 nonzeros) overflow them the way the calibration matrices (10^7-10^8)
+overflow the full-size ones.
 The knobs, labels, baseline and mapping are spade's; only the machine differs.
 """
 
