@@ -8,6 +8,7 @@ from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.runner import Measurement, Runner
+from cognate.targets import OPS
 
 from .simulator import Machine, Tiling, load_machine, simulate, tile
 from .space import SpadeSpace
@@ -27,8 +28,8 @@ class SpadeRunner(Runner):
     IGNORED_OPTIONS: tuple[str, ...] = ("timeout_s", "repeats")
 
     def __init__(self, machine: str | Machine | None = None, **options: object) -> None:
-        """``machine``: a machine file's name (default: the target's own,
-        configs/<target>.yaml). ``timeout_s`` and ``repeats`` are accepted and ignored: a
+        """``machine``: a machine file's name (default: the one the target's spaces name,
+        ``machine:`` in configs/<target>-<op>.yaml). ``timeout_s`` and ``repeats`` are accepted and ignored: a
         simulation is deterministic, so one run is the measurement. Any other option is a
         typo."""
         unknown = sorted(set(options) - set(self.IGNORED_OPTIONS))
@@ -38,13 +39,22 @@ class SpadeRunner(Runner):
                 f"target {self.target}: runner does not take these options ({', '.join(unknown)}); "
                 f"it takes {known}"
             )
-        machine = self.target if machine is None else machine
+        self._spaces: dict[str, SpadeSpace] = {op: self.space_class(op) for op in OPS}
+        machine = self._spaces_machine() if machine is None else machine
         self.machine = load_machine(machine) if isinstance(machine, str) else machine
-        self._spaces: dict[str, SpadeSpace] = {}
         self._tilings: dict[tuple[int, int | None], Tiling] = {}  # this batch's, by (rp, cp)
 
+    def _spaces_machine(self) -> str:
+        """The machine file the target's spaces name: one runner simulates both ops."""
+        names = {space.machine_name for space in self._spaces.values()}
+        if len(names) != 1:
+            raise CognateError(
+                f"target {self.target}: its spaces name different machines ({', '.join(sorted(names))})"
+            )
+        return names.pop()
+
     def _space(self, op: str) -> SpadeSpace:
-        if op not in self._spaces:
+        if op not in self._spaces:  # an op the target has no space for: the space says so
             self._spaces[op] = self.space_class(op)
         return self._spaces[op]
 
