@@ -7,8 +7,10 @@ machine and the record becomes a label of what ran beside it. So:
   under a user's cache, so every cognate process on the machine sees the same lock) held
   around every timed region. Two cognate processes never time at once.
 - ``job_marker()``: every cognate job that uses cores (a simulator collection, a pool of
-  workers) holds a shared lock on a per-process file in one folder, so a timing process can
-  count the other cognate jobs running beside it even when the load average has not caught up.
+  workers) holds a shared lock on a per-process file in a per-user folder, so a timing
+  process can count the user's other cognate jobs even when the load average has not caught
+  up. Other users' jobs are seen only through the busy-core sample (no shared folder another
+  user could plant files or links in).
 - ``machine_load(threads)``: the 1-minute load average against the cores a timing leaves
   free, with a one-line verdict ("timings unreliable: load 3.9 on 2 cores").
 - ``time_interleaved(calls, rounds)``: what a benchmark script times with: prepared calls
@@ -16,20 +18,25 @@ machine and the record becomes a label of what ran beside it. So:
   ``early_threads(sys.argv)`` sets a script's thread count before any runtime loads.
 
 ``flock`` locks vanish with their process (kill -9 included), so a crashed job never leaves a
-stale lock behind.
+stale lock behind. /tmp is writable by everyone, so nothing there is trusted: files are opened
+with ``O_NOFOLLOW`` (a planted link is never followed), only a regular file is used, a mode is
+set only on a file this process just created, and an unusable lock or folder is one warning
+line and a per-user fallback, never an error (see ``_open_lock``, ``_marker_dir``).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import math
 import os
+import stat
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,18 +56,85 @@ def lock_path() -> Path:
 
 
 def jobs_dir() -> Path:
-    """Folder of per-process job markers (``$COGNATE_JOBS_DIR`` overrides)."""
+    """Folder of this user's job markers (``$COGNATE_JOBS_DIR`` overrides): per user, since a
+    folder shared in /tmp is one another user could make first and own."""
     env = os.environ.get(JOBS_ENV)
-    return Path(env) if env else Path(tempfile.gettempdir()) / "cognate-jobs"
+    if env:
+        return Path(env)
+    return Path(tempfile.gettempdir()) / f"cognate-jobs-{os.geteuid()}"
 
 
-def _open_shared(path: Path) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    try:  # other users' cognate processes must be able to take the same lock
-        os.fchmod(fd, 0o666)
-    except OSError:
-        pass
+_OPEN = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # no link followed, no FIFO blocking
+_WARNED: set[str] = set()
+
+
+def _warn(line: str) -> None:
+    """One stderr line, once per process (a loop of timings does not repeat it)."""
+    if line not in _WARNED:
+        _WARNED.add(line)
+        print(f"cognate: warning: {line}", file=sys.stderr, flush=True)
+
+
+class _Unusable(Exception):
+    """A lock file or folder that is not safe to use (the message says why)."""
+
+
+def _why(err: OSError) -> str:
+    if err.errno == errno.ELOOP:
+        return "is a symbolic link"
+    return err.strerror or str(err)
+
+
+def _open_regular(path: Path) -> int:
+    """A descriptor of the lock file ``path``, created 0666 if absent (other users must be
+    able to lock it too; the mode is set only on a file this call created). An existing file
+    is opened as it is: read-only where we may not write it (``flock`` needs no write access),
+    never chmod'ed. Raises ``_Unusable`` for a link, a non-regular file or no access."""
+    for _ in range(3):  # an O_EXCL create that loses a race opens the winner's file
+        try:
+            try:
+                fd = os.open(path, os.O_RDWR | _OPEN)
+            except PermissionError:
+                fd = os.open(path, os.O_RDONLY | _OPEN)
+        except FileNotFoundError:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN, 0o666)
+            except FileExistsError:
+                continue
+            except OSError as err:
+                raise _Unusable(_why(err)) from None
+            os.fchmod(fd, 0o666)  # ours, just made: the umask must not lock other users out
+        except OSError as err:
+            raise _Unusable(_why(err)) from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise _Unusable("is not a regular file")
+        return fd
+    raise _Unusable("is created and removed by someone else")
+
+
+def _fallback_lock() -> Path:
+    """The per-user lock beside the shared one (``cognate-timing-<uid>.lock``)."""
+    shared = lock_path()
+    return shared.with_name(f"{shared.stem}-{os.geteuid()}{shared.suffix}")
+
+
+def _open_lock() -> int | None:
+    """The timing lock's descriptor: the machine-wide file, else (one warning) a per-user
+    one that still keeps this user's processes apart; None (another warning) when neither is
+    usable, and the timing goes on unlocked rather than failing."""
+    path = lock_path()
+    try:
+        return _open_regular(path)
+    except _Unusable as err:
+        first = f"timing lock {path} {err}"
+    fallback = _fallback_lock()
+    try:
+        fd = _open_regular(fallback)
+    except _Unusable as err:
+        _warn(f"{first}, and {fallback} {err}: timing without the lock (remove them)")
+        return None
+    _warn(f"{first}; using {fallback} (other users' timings may overlap; remove it)")
     return fd
 
 
@@ -73,7 +147,10 @@ def timing_lock(
     ``on_wait``: a callable given one line when another process holds the lock, so a
     user sees why nothing moves. Raises CognateError when ``wait_s`` runs out.
     """
-    fd = _open_shared(lock_path())
+    fd = _open_lock()
+    if fd is None:
+        yield
+        return
     try:
         if not _try_lock(fd):
             if on_wait is not None:
@@ -106,46 +183,91 @@ def _wait_lock(fd: int, wait_s: float | None) -> None:
 
 def lock_held_elsewhere() -> bool:
     """Whether another process holds the timing lock right now."""
-    fd = _open_shared(lock_path())
+    fd = _open_lock()
+    if fd is None:
+        return False
     try:
         return not _try_lock(fd)
     finally:
         os.close(fd)
 
 
+def _marker_dir() -> int | None:
+    """A descriptor of the job-marker folder: a real folder (not a link) owned by us and
+    writable by no one else, created 0700 if absent; every marker is then opened relative to
+    it, so the folder cannot be swapped for a link midway. None, with one warning, where it is
+    not such a folder (someone else made it first): jobs then go unmarked."""
+    path = jobs_dir()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with suppress(FileExistsError):
+            os.mkdir(path, 0o700)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as err:
+        why = "is a symbolic link" if path.is_symlink() else _why(err)  # O_DIRECTORY: ENOTDIR
+        _warn(f"job markers {path}: {why}; jobs are not marked (remove it)")
+        return None
+    info = os.fstat(fd)
+    if info.st_uid != os.geteuid() or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        os.close(fd)
+        whose = "owned by another user" if info.st_uid != os.geteuid() else "writable by others"
+        _warn(f"job markers {path}: {whose}; jobs are not marked (remove it)")
+        return None
+    return fd
+
+
 @contextmanager
 def job_marker(kind: str) -> Iterator[None]:
     """Mark this process as a running cognate job (``kind``: e.g. "collect-spade")."""
-    path = jobs_dir() / f"{os.getpid()}.{kind}"
-    fd = _open_shared(path)
+    folder = _marker_dir()
+    if folder is None:
+        yield
+        return
+    name = f"{os.getpid()}.{kind}"
+    try:
+        with suppress(FileNotFoundError):  # a marker of a dead process with our pid
+            os.unlink(name, dir_fd=folder)
+        fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_EXCL | _OPEN, 0o644, dir_fd=folder)
+    except OSError as err:
+        os.close(folder)
+        _warn(f"job marker {jobs_dir() / name}: {_why(err)}; this job is not marked")
+        yield
+        return
     fcntl.flock(fd, fcntl.LOCK_SH)
     try:
         yield
     finally:
         os.close(fd)
-        path.unlink(missing_ok=True)
+        with suppress(OSError):
+            os.unlink(name, dir_fd=folder)
+        os.close(folder)
 
 
 def other_jobs() -> list[str]:
     """Markers of other live cognate jobs (a marker whose lock is free is stale and removed)."""
-    folder = jobs_dir()
-    if not folder.is_dir():
+    if not jobs_dir().is_dir():
+        return []
+    folder = _marker_dir()
+    if folder is None:
         return []
     found = []
-    for path in folder.iterdir():
-        pid = path.name.split(".", 1)[0]
-        if pid == str(os.getpid()):
-            continue
-        if _marker_alive(path):
-            found.append(path.name)
-        else:
-            path.unlink(missing_ok=True)
+    try:
+        for name in os.listdir(folder):
+            if name.split(".", 1)[0] == str(os.getpid()):
+                continue
+            if _marker_alive(folder, name):
+                found.append(name)
+            else:
+                with suppress(OSError):
+                    os.unlink(name, dir_fd=folder)
+    finally:
+        os.close(folder)
     return sorted(found)
 
 
-def _marker_alive(path: Path) -> bool:
+def _marker_alive(folder: int, name: str) -> bool:
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(name, os.O_RDONLY | _OPEN, dir_fd=folder)
     except OSError:
         return False
     try:  # a live job holds LOCK_SH, which blocks LOCK_EX
