@@ -95,21 +95,39 @@ def check_permutation(perm: object, length: int, what: str) -> np.ndarray | None
         )
     if array.size and not np.issubdtype(array.dtype, np.integer):
         raise CognateError(f"{what} must hold integers, got {array.dtype}")
-    array = array.astype(np.int32, copy=False)
-    seen = np.zeros(length, dtype=bool)
-    inside = (array >= 0) & (array < length)
+    inside = (array >= 0) & (array < length)  # before the int32 cast, which would wrap
     if not inside.all():
         raise CognateError(f"{what} has an index outside [0, {length}): {int(array[~inside][0])}")
+    array = array.astype(np.int32, copy=False)
+    seen = np.zeros(length, dtype=bool)
     seen[array] = True
     if not seen.all():
         raise CognateError(f"{what} is not a permutation (index {int(np.argmin(seen))} missing)")
     return np.ascontiguousarray(array)
 
 
+INT32_MAX = int(np.iinfo(np.int32).max)
+
+
 def canonicalize(a: sp.spmatrix | sp.sparray) -> sp.csr_matrix:
-    """CSR with int32 sorted unique indices (duplicates summed), float32 values, zeros kept."""
+    """CSR with int32 sorted unique indices (duplicates summed), float32 values, zeros kept.
+
+    The kernels index rows, columns and entries with 32 bits: a larger matrix is refused in
+    one line (a cast would wrap column 2^32 + 1 to column 1)."""
+    check_int32(a.shape, int(a.nnz))
     csr = sp.csr_matrix(a, dtype=np.float32, copy=True)
     csr.sum_duplicates()  # sorts too; keeps explicit zeros (unlike eliminate_zeros)
     csr.indptr = csr.indptr.astype(np.int32, copy=False)
     csr.indices = csr.indices.astype(np.int32, copy=False)
     return csr
+
+
+def check_int32(shape: tuple[int, ...], nnz: int) -> None:
+    """CognateError unless the rows, columns and entries each fit a 32-bit index."""
+    rows, cols = (int(n) for n in shape)
+    for count, what in ((rows, "rows"), (cols, "columns"), (nnz, "entries")):
+        if count > INT32_MAX:
+            raise CognateError(
+                f"a {rows} x {cols} matrix with {nnz} entries: {count} {what} is over "
+                f"the {INT32_MAX} that cognate's 32-bit indices hold"
+            )
