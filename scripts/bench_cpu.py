@@ -33,9 +33,8 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from cognate.formats.read import load_matrix  # noqa: E402
+from cognate.bench.corpus import shared_matrices  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
-from cognate.paths import shared_dir  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
 from cognate.targets.cpu.call import BoundKernel  # noqa: E402
 from cognate.targets.cpu.families import TooLarge  # noqa: E402
@@ -51,11 +50,7 @@ THREADS = int(os.environ.get("OMP_NUM_THREADS", 0)) or len(os.sched_getaffinity(
 
 
 def load_matrices(args: argparse.Namespace) -> list[Matrix]:
-    root = shared_dir() / "matrices"
-    paths = sorted((root / "suitesparse").glob("*.mtx.gz")) + sorted((root / "waco").glob("*.csr"))
-    if args.matrices:
-        paths = [p for p in paths if any(name in p.name for name in args.matrices)]
-    matrices = [load_matrix(p) for p in paths[: args.limit or None]]
+    matrices = shared_matrices(names=args.matrices or (), limit=args.limit)
     if args.synthetic_nnz:
         from cognate.synth import synthetic_pair
 

@@ -41,7 +41,6 @@ Graphs: generated power-law community graphs (``cognate data synth powerlaw``) o
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from functools import partial
@@ -53,10 +52,9 @@ early_threads(sys.argv)  # before numpy / torch load their OpenMP runtimes
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from cognate import synth  # noqa: E402
-from cognate.formats.read import load_matrix  # noqa: E402
+from cognate.bench.corpus import generated_graphs, shared_matrices  # noqa: E402
+from cognate.bench.loop import run_rows  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
-from cognate.paths import shared_dir  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
 from cognate.timing import time_interleaved  # noqa: E402
 from cognate.torch import choices  # noqa: E402
@@ -106,19 +104,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def graphs(args: argparse.Namespace) -> list[Matrix]:
     """Generated power-law community graphs, then the shared real matrices over 100k nnz."""
-    found = [
-        synth.generate("powerlaw", nnz=n, seed=args.seed)
-        for n in (GENERATED if args.sizes is None else args.sizes)
-    ]
+    sizes = GENERATED if args.sizes is None else args.sizes
+    found = generated_graphs(sizes, ("powerlaw",), seed=args.seed)
     if not args.no_real:
-        root = shared_dir() / "matrices"
-        paths = sorted((root / "suitesparse").glob("*.mtx.gz")) + sorted(
-            (root / "waco").glob("*.csr")
-        )
-        for path in paths:
-            matrix = load_matrix(path)
-            if matrix.nnz > REAL_MIN_NNZ:
-                found.append(matrix)
+        found += shared_matrices(min_nnz=REAL_MIN_NNZ + 1)
     return found
 
 
@@ -300,15 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         f" {args.hidden}, features {args.features}, classes {args.classes}, rounds {args.rounds}",
         flush=True,
     )
-    rows = []
-    for matrix in graphs(args):
-        start = time.perf_counter()
-        rows.append(one_graph(matrix, args))
-        print(f"  {matrix.name}: done in {time.perf_counter() - start:.1f} s", flush=True)
+    rows = run_rows(graphs(args), lambda matrix: one_graph(matrix, args), args.json)
     report(rows)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=2)
     return 0 if all(r["check"] == "ok" for r in rows) else 1
 
 

@@ -44,20 +44,18 @@ early_threads(sys.argv)  # --threads N before any OpenMP runtime loads; waits le
 
 import numpy as np  # noqa: E402
 
+from cognate.bench.buffers import shared_buffers  # noqa: E402
+from cognate.bench.corpus import generated_graphs, shared_matrices  # noqa: E402
+from cognate.bench.oracle import AGAIN, BASELINE, FIXED_BAR, oracle_and_fixed  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
 from cognate.formats.read import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
 from cognate.targets.cpu import families  # noqa: E402
-from cognate.targets.cpu.fastcall import ArgvCall  # noqa: E402
 from cognate.targets.cpu.measure import library  # noqa: E402
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
-
-BASELINE = "baseline"
-AGAIN = "noise:baseline"  # the baseline packed and timed a second time: the noise floor
-FIXED_BAR = 1.15  # the issue's bar: the oracle beats the best fixed config by this
 
 
 def grid(op: str, square: bool) -> dict[str, dict]:
@@ -76,29 +74,9 @@ def grid(op: str, square: bool) -> dict[str, dict]:
 
 
 def matrices(args: argparse.Namespace) -> list[Matrix]:
-    root = shared_dir() / "matrices"
     if args.quick:
-        return [load_matrix(root / "suitesparse" / "bcsstk13.mtx.gz")]
-    paths = sorted((root / "suitesparse").glob("*.mtx.gz")) + sorted((root / "waco").glob("*.csr"))
-    if args.ngraph:
-        paths += sorted((root / "ngraph").glob("*.mtx.gz"))
-    found = []
-    for path in paths:
-        try:
-            matrix = load_matrix(path)
-        except CognateError as exc:
-            print(f"skipped {path.name}: {exc}", file=sys.stderr)
-            continue
-        if matrix.nnz >= args.min_nnz:
-            found.append(matrix)
-    from cognate.synth import generate
-
-    for nnz in args.graphs:
-        for kind in ("powerlaw", "road"):
-            matrix = generate(kind, nnz=nnz, seed=0)
-            matrix.name = f"{kind}-{matrix.nnz}"
-            found.append(matrix)
-    return found
+        return [load_matrix(shared_dir() / "matrices" / "suitesparse" / "bcsstk13.mtx.gz")]
+    return shared_matrices(args.min_nnz, args.ngraph) + generated_graphs(args.graphs)
 
 
 def prepared_calls(matrix: Matrix, op: str, width: int, threads: int) -> tuple[dict, dict]:
@@ -181,26 +159,6 @@ def kept_calls(
         calls[name], facts[name] = shared_buffers(call, shared), {"inspect_s": inspect_s}
 
 
-def shared_buffers(call, shared: dict[str, np.ndarray]) -> ArgvCall:
-    """The checked call through its argument vector, writing into one output buffer shared by
-    every config of the matrix (and the reordered family's gather scratch shared likewise):
-    30 configs' own M x N outputs would not fit in memory on 1M-nnz graphs at N = 512."""
-    fast = call.argv_call()
-    out = shared.setdefault("out", call.out)
-    if call.out is not out and call.out.shape == out.shape:
-        fast.set_pointer(call._pointers - 1, out.ctypes.data)
-        call.out = out  # the config's own buffer is freed
-    packed = call.packed
-    if getattr(packed, "kernel", None) is not None and packed.kernel.family == "reordered":
-        scratch_index = 6  # reordered.pack's pointer order: ..., gather, scratch
-        own = packed.arrays[scratch_index]
-        scratch = shared.setdefault(f"scratch:{own.size}", own)
-        if scratch is not own:
-            fast.set_pointer(scratch_index, scratch.ctypes.data)
-            packed.arrays[scratch_index] = scratch
-    return fast
-
-
 def bench(matrix: Matrix, op: str, width: int, args: argparse.Namespace) -> dict | None:
     dense_gb = max(matrix.shape) * width * 4 / 1e9
     if dense_gb > args.max_dense_gb:  # B, C, the gather scratch and 3 kept copies of B
@@ -235,30 +193,6 @@ def bench(matrix: Matrix, op: str, width: int, args: argparse.Namespace) -> dict
         + (f"  [{timed.load.line()}]" if timed.load.busy else "")
     )
     return row
-
-
-def oracle_and_fixed(rows: list[dict]) -> tuple[list[float], list[float], list[str]]:
-    """Per row (matrix): the oracle's speedup over the baseline, the speedup of the config
-    chosen leave-one-out (best geomean speedup over the other rows, among the configs every
-    row measured), and that config's name. Library, ``kept`` and noise entries are not
-    configs of the space."""
-    speedups = [
-        {
-            k: r["seconds"][BASELINE] / v
-            for k, v in r["seconds"].items()
-            if not k.startswith(("lib:", "kept:", "noise:"))
-        }
-        for r in rows
-    ]
-    oracle = [max(s.values()) for s in speedups]
-    fixed, picks = [], []
-    for index, s in enumerate(speedups):
-        others = speedups[:index] + speedups[index + 1 :]
-        names = sorted(set.intersection(*(set(o) for o in others)) & set(s))
-        pick = max(names, key=lambda n: geomean([o[n] for o in others]))
-        picks.append(pick)
-        fixed.append(s[pick])
-    return oracle, fixed, picks
 
 
 def summary(rows: list[dict], widths: list[int], lib_name: str) -> None:

@@ -51,10 +51,10 @@ import numpy as np  # noqa: E402
 import scipy.sparse as sp  # noqa: E402
 import torch  # noqa: E402
 
-from cognate import synth  # noqa: E402
-from cognate.formats.read import load_matrix  # noqa: E402
+from cognate.bench.corpus import generated_graphs, shared_matrices  # noqa: E402
+from cognate.bench.loop import run_rows  # noqa: E402
+from cognate.bench.provenance import model_data  # noqa: E402
 from cognate.matrix import Matrix, canonicalize  # noqa: E402
-from cognate.paths import shared_dir  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
 
 MODELS = ("gcn", "sage", "gin", "sage-max")
@@ -102,35 +102,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def graphs(args: argparse.Namespace) -> list[Matrix]:
     found: list[Matrix] = []
     if args.graphs in ("all", "real"):
-        root = shared_dir() / "matrices"
-        paths = sorted((root / "suitesparse").glob("*.mtx.gz")) + sorted(
-            (root / "waco").glob("*.csr")
-        )
-        found += [m for m in map(load_matrix, paths) if m.nnz > REAL_MIN_NNZ]
+        found += shared_matrices(min_nnz=REAL_MIN_NNZ + 1)
     if args.graphs in ("all", "synth"):
-        found += [
-            synth.generate(kind, nnz=n, seed=args.seed) for kind in SYNTH for n in args.synth_edges
-        ]
+        found += generated_graphs(args.synth_edges, SYNTH, seed=args.seed)
     if args.only:
         found = [m for m in found if any(m.name.startswith(o) for o in args.only)]
     return found
-
-
-def model_data(name: str) -> str:
-    """Which data of the shipped cpu SpMM model the matrix was (train / validation /
-    held-out, from its provenance file), else "unseen"."""
-    if "loaded" not in _SPLIT:
-        from cognate.model.shipped import resolve_model_path
-
-        path = resolve_model_path(None, "cpu", "spmm").with_suffix(".provenance.json")
-        found = json.loads(path.read_text())["matrices"] if path.is_file() else {}
-        _SPLIT.update({n: split for split, names in found.items() for n in names})
-        _SPLIT["loaded"] = "yes"
-    split = _SPLIT.get(name, "unseen")
-    return "held-out" if split == "test" else split
-
-
-_SPLIT: dict[str, str] = {}
 
 
 def make_model(kind: str, args: argparse.Namespace) -> torch.nn.Module:
@@ -358,15 +335,8 @@ def main(argv: list[str] | None = None) -> int:
         f" epochs per backend",
         flush=True,
     )
-    rows = []
-    for matrix in graphs(args):
-        start = time.perf_counter()
-        rows.append(one_graph(matrix, args))
-        print(f"  {matrix.name}: done in {time.perf_counter() - start:.1f} s", flush=True)
+    rows = run_rows(graphs(args), lambda matrix: one_graph(matrix, args), args.json)
     report(rows, args)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(rows, handle, indent=2)
     ok = all(m["check"] == "ok" for r in rows for m in r["models"].values())
     return 0 if ok else 1
 

@@ -44,7 +44,6 @@ width per run; compile first (``--build-only``) so the timed run finds every ker
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import itertools
 import json
 import os
@@ -57,6 +56,9 @@ from cognate.timing import early_threads
 
 early_threads(sys.argv)  # --threads N before any OpenMP runtime loads; waits left default
 
+from cognate.bench.buffers import shared_buffers  # noqa: E402
+from cognate.bench.corpus import generated_graphs, shared_matrices  # noqa: E402
+from cognate.bench.oracle import AGAIN, BASELINE, FIXED_BAR, oracle_and_fixed  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
 from cognate.targets.cpu import families  # noqa: E402
@@ -66,20 +68,6 @@ from cognate.targets.cpu.measure.check import dense_operands, mismatch, referenc
 from cognate.targets.cpu.space import make_space  # noqa: E402
 from cognate.targets.cpu.vector import tiles_for  # noqa: E402
 from cognate.timing import time_blocks  # noqa: E402
-
-
-def _script(name: str):
-    """A sibling benchmark script as a module (its matrix list and output-buffer sharing)."""
-    path = Path(__file__).resolve().parent / f"{name}.py"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-_locality = _script("bench_locality")
-_vs_library = _script("bench_vs_library")
-BASELINE, AGAIN, FIXED_BAR = _locality.BASELINE, _locality.AGAIN, _locality.FIXED_BAR
 
 # The families' few: the panel configs wider than most matrices (the most frequent winners in
 # the locality benchmark and the records) and two row orders (bcsr and dia won 1-2 of 49
@@ -178,7 +166,7 @@ def prepared_calls(matrix, width: int, names: set[str] | None = None) -> tuple[d
         if problem:
             errors[name] = f"result wrong: {problem}"
             continue
-        calls[name] = _locality.shared_buffers(call, shared)
+        calls[name] = shared_buffers(call, shared)
     return calls, errors
 
 
@@ -239,7 +227,7 @@ def summary(rows: list[dict]) -> None:
         found = [r for r in rows if r["width"] == width]
         if len(found) < 2:
             continue
-        oracle, loo, picks = _locality.oracle_and_fixed(found)
+        oracle, loo, picks = oracle_and_fixed(found)
         inside, inside_pick = fixed_in_sample(found)
         over = sum(o / f >= FIXED_BAR for o, f in zip(oracle, loo, strict=True))
         noise = [
@@ -270,7 +258,7 @@ def summary(rows: list[dict]) -> None:
 def fixed_candidates(rows: list[dict], top: int = 5) -> set[str]:
     """The configs a fixed choice could be at one width: the leave-one-out picks and the
     ``top`` best by geomean over every row."""
-    _, _, picks = _locality.oracle_and_fixed(rows)
+    _, _, picks = oracle_and_fixed(rows)
     speedups = [{k: r["seconds"][BASELINE] / v for k, v in _configs(r).items()} for r in rows]
     names = sorted(set.intersection(*(set(x) for x in speedups)))
     ranked = sorted(names, key=lambda n: -geomean([x[n] for x in speedups]))
@@ -309,7 +297,7 @@ def confirmed_summary(rows: list[dict]) -> None:
         found = [r for r in rows if r["width"] == width and "confirm" in r]
         if len(found) < 2:
             continue
-        _, _, picks = _locality.oracle_and_fixed(found)
+        _, _, picks = oracle_and_fixed(found)
         _, inside_pick = fixed_in_sample(found)
         oracle = [r["confirm"][BASELINE] / r["confirm"][r["best"]] for r in found]
         loo = [r["confirm"][BASELINE] / r["confirm"][p] for r, p in zip(found, picks, strict=True)]
@@ -360,14 +348,10 @@ def main() -> None:
         return
     args.threads = args.threads or len(os.sched_getaffinity(0))
     if args.graphs_only:
-        found = _vs_library.generated_graphs(args.graphs)
+        found = generated_graphs(args.graphs)
     else:
-        found = _vs_library.matrices(
-            argparse.Namespace(
-                quick=False, ngraph=args.ngraph, matrices=args.matrices, limit=0, min_nnz=0,
-                synthetic_nnz=0, graphs=args.graphs,
-            )
-        )  # fmt: skip
+        found = shared_matrices(ngraph=args.ngraph, names=args.matrices)
+        found += generated_graphs(args.graphs)
     if args.confirm:
         rows = [row for path in args.confirm for row in json.loads(path.read_text())]
         rows = [r for r in rows if r["width"] in args.widths]

@@ -28,9 +28,9 @@ from pathlib import Path
 
 import scipy.sparse as sp
 
-from cognate.formats.read import load_matrix
+from cognate.bench.corpus import shared_matrices
 from cognate.matrix import Matrix
-from cognate.paths import REPO_ROOT, shared_dir
+from cognate.paths import REPO_ROOT
 from cognate.stats import geomean
 from cognate.synth import generate
 from cognate.targets.spade.runner import SpadeRunner
@@ -133,12 +133,6 @@ def against(rev: str, repeats: int = 3, width: int = 64) -> None:
                 f"{old_s / new_s:5.2f}x"
             )
     print(f"shipped core speed-up over {rev}: {geomean(ratios):.2f}x (geomean), identical counters")
-
-
-def shared_matrices() -> list[Matrix]:
-    root = shared_dir() / "matrices"
-    paths = sorted((root / "suitesparse").glob("*.mtx.gz")) + sorted((root / "waco").glob("*.csr"))
-    return [load_matrix(p) for p in paths]
 
 
 def describe(knobs: dict) -> str:

@@ -59,36 +59,26 @@ early_threads(sys.argv, passive="--passive" in sys.argv)
 import numpy as np  # noqa: E402
 
 import cognate  # noqa: E402
+from cognate.bench.corpus import (  # noqa: E402
+    QUICK_MATRIX,
+    generated_graphs,
+    quick_matrix,
+    shared_matrices,
+)
+from cognate.bench.provenance import OUT_OF_SAMPLE, model_data  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
-from cognate.formats.read import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
-from cognate.paths import shared_dir  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
 from cognate.targets.cpu.measure import library  # noqa: E402
 from cognate.targets.cpu.measure.check import mismatch, reference  # noqa: E402
 from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402
 
-QUICK_MATRIX = "dwt_878"
-OUT_OF_SAMPLE = ("held-out", "unseen")  # the model never trained on or selected with them
-
 
 def matrices(args: argparse.Namespace) -> list[Matrix]:
     """The shared real matrices (or --quick's one), then the generated 1M-nnz ones."""
-    root = shared_dir() / "matrices"
     if args.quick:
-        return [load_matrix(root / "suitesparse" / f"{QUICK_MATRIX}.mtx.gz")]
-    paths = sorted((root / "suitesparse").glob("*.mtx.gz")) + sorted((root / "waco").glob("*.csr"))
-    if args.ngraph:  # 277 more real matrices, mostly under 10k nnz: opt in
-        paths += sorted((root / "ngraph").glob("*.mtx.gz"))
-    if args.matrices:
-        paths = [p for p in paths if any(name in p.name for name in args.matrices)]
-    found = []
-    for path in paths[: args.limit or None]:
-        try:
-            found.append(load_matrix(path))
-        except CognateError as exc:
-            print(f"skipped {path.name}: {exc}", file=sys.stderr)
-    found = [m for m in found if m.nnz >= args.min_nnz]
+        return [quick_matrix()]
+    found = shared_matrices(args.min_nnz, args.ngraph, args.matrices, args.limit)
     if args.synthetic_nnz:
         from cognate.synth import synthetic_pair
 
@@ -96,20 +86,6 @@ def matrices(args: argparse.Namespace) -> list[Matrix]:
             matrix.name = f"{matrix.name}-{matrix.nnz}"
             found.append(matrix)
     return found + generated_graphs(args.graphs)
-
-
-def generated_graphs(sizes: list[int]) -> list[Matrix]:
-    """Social-like (powerlaw) and road-like graphs of about each size in nonzeros (seed 0,
-    node labels as the generators give them)."""
-    from cognate.synth import generate
-
-    graphs = []
-    for nnz in sizes:
-        for kind in ("powerlaw", "road"):
-            matrix = generate(kind, nnz=nnz, seed=0)
-            matrix.name = f"{kind}-{matrix.nnz}"
-            graphs.append(matrix)
-    return graphs
 
 
 def calls(
@@ -240,23 +216,6 @@ def main() -> None:
     summary(rows, passive, args.widths, args.op)
     if args.json:
         args.json.write_text(json.dumps({"rows": rows, "passive": passive}, indent=1))
-
-
-def model_data(name: str, op: str = "spmm") -> str:
-    """Which data of the shipped cpu model of ``op`` a matrix was (train / validation /
-    held-out, from its provenance file), else ``unseen``: only held-out and unseen matrices
-    are out-of-sample for the model's ranking."""
-    if op not in _SPLITS:
-        from cognate.model.shipped import resolve_model_path
-
-        path = resolve_model_path(None, "cpu", op).with_suffix(".provenance.json")
-        found = json.loads(path.read_text())["matrices"] if path.is_file() else {}
-        _SPLITS[op] = {n: split for split, names in found.items() for n in names}
-    split = _SPLITS[op].get(name, "unseen")
-    return "held-out" if split == "test" else split
-
-
-_SPLITS: dict[str, dict[str, str]] = {}
 
 
 def wait_words() -> str:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from cognate.bench.corpus import shared_paths
 from cognate.config import Config
 from cognate.formats.files import expand_matrix_paths
 from cognate.formats.read import load_matrix
@@ -36,7 +37,6 @@ from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel
 from cognate.model.fixed_set import greedy_fixed_set
 from cognate.model.portfolio import describe_portfolio
-from cognate.paths import shared_dir
 from cognate.records import load_runs
 from cognate.runner import Measurement
 from cognate.search import resolve_model_path, tune_matrix
@@ -142,8 +142,7 @@ def report(scores: Scores, k: int, spade: bool) -> None:
 def matrix_files(given: list[Path]) -> list[Path]:
     if given:
         return expand_matrix_paths(given)
-    root = shared_dir() / "matrices"
-    return sorted((root / "suitesparse").glob("*.mtx.gz")) + sorted((root / "waco").glob("*.csr"))
+    return shared_paths()
 
 
 def parse_args() -> argparse.Namespace:

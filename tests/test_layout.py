@@ -30,11 +30,12 @@ LAYERS: list[set[str]] = [
     {"search", "collect"},
     {"evaluate"},
     {"api", "torch", "pyg", "pyg_minmax", "cli", "__main__", "__init__"},
+    {"bench"},  # what the benchmark scripts share: above everything a user calls
 ]
 LAYER = {name: i for i, names in enumerate(LAYERS) for name in names}
 # Front ends of one target, which import it by design: cognate.torch and cognate.pyg run the
-# cpu kernels; `data import-waco` reads WACO's cpu schedules.
-TARGET_FRONT_ENDS = ("cognate.torch", "cognate.pyg", "cognate.cli.data_waco")
+# cpu kernels; `data import-waco` reads WACO's cpu schedules; the benchmarks time cpu kernels.
+TARGET_FRONT_ENDS = ("cognate.torch", "cognate.pyg", "cognate.cli.data_waco", "cognate.bench")
 TARGET_NAMES = {"cpu", "spade", "gpu", "spade-inverted", "spade-calibrated"}
 
 
@@ -187,4 +188,26 @@ def test_generic_modules_do_not_branch_on_a_target_name() -> None:
             )
             if about_target and names & TARGET_NAMES:
                 wrong.append(f"{name}:{node.lineno}")
+    assert wrong == []
+
+
+SCRIPTS = PACKAGE.parent / "scripts"
+
+
+def test_no_script_loads_another_script() -> None:
+    """What scripts share lives in cognate.bench; a script importing a sibling by path (or by
+    name) hides a dependency no packaging or layout test sees."""
+    siblings = {p.stem for p in SCRIPTS.glob("*.py")}
+    wrong = []
+    for path in sorted(SCRIPTS.glob("*.py")):
+        source = path.read_text()
+        if "spec_from_file_location" in source or "SourceFileLoader" in source:
+            wrong.append(f"{path.name}: loads a file as a module")
+        for node in ast.walk(ast.parse(source)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            wrong += [f"{path.name} imports {n}" for n in names if n.split(".")[0] in siblings]
     assert wrong == []
