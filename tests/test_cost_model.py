@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from cognate.formats.read import load_matrix
+from cognate.matrix_stats import N_STATISTICS, matrix_statistics, scaled_statistics
 from cognate.model.cost_model import CostModel
 from cognate.model.learned import LearnedModel
 from cognate.model.preset import preset_from_dict
 from cognate.model.random_model import RandomModel
-from cognate.model.statistics import N_STATISTICS, matrix_statistics, scaled_statistics
 from cognate.model.train import train
 from cognate.records import MatrixRuns
 from cognate.synth import generate

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.special import gammaln
 
+from cognate.matrix_stats import matrix_statistics
 from cognate.model.fixed_set import greedy_fixed_set, speedups_over_baseline, with_baseline
-from cognate.model.statistics import matrix_statistics
 from cognate.records import MatrixRuns
 from cognate.space import Space
 

@@ -26,10 +26,10 @@ from torch import nn
 from cognate.budget import Cost, check_budget, memory_budget
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
+from cognate.matrix_stats import N_STATISTICS, scaled_statistics
 from cognate.model import sparseconv
 from cognate.model.preset import FeaturizerSpec
 from cognate.model.sparseconv import PointSet
-from cognate.model.statistics import N_STATISTICS, scaled_statistics
 
 # log2 of rows/cols/nnz is divided by this so the scalars are O(1) like the pooled features.
 LOG_SCALE = 16.0
@@ -246,7 +246,7 @@ class Featurizer(nn.Module):
 
     def statistics_cost(self) -> Cost:
         """What ``scalars`` costs on the whole matrix: with ``statistics``, a few int64 /
-        float64 arrays per entry (cognate.model.statistics); else nothing."""
+        float64 arrays per entry (cognate.matrix_stats); else nothing."""
         return Cost(per_row=24, per_col=8, per_entry=48) if self.spec.statistics else Cost()
 
     def uses_sketch(self, matrix: Matrix) -> bool:

@@ -31,7 +31,7 @@ class FeaturizerSpec(_Strict):
     embed_hidden: list[Width] = Field([], max_length=MAX_LAYERS)
     embedding_dim: int = Field(128, ge=1, le=MAX_WIDTH)
     trainable: bool = True
-    # Also feed the matrix's cheap structure statistics (cognate/model/statistics.py) into
+    # Also feed the matrix's cheap structure statistics (cognate/matrix_stats.py) into
     # the embedding MLP, next to the pooled convolution features and log2 (rows, cols, nnz).
     statistics: bool = False
 
