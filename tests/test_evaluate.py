@@ -455,29 +455,29 @@ def test_the_width_option_overrides_the_preset_width(quick_out: Path, tmp_path: 
 
 
 def test_transfer_answers_pair_tl_with_nt() -> None:
-    from cognate.evaluate import report
+    from cognate.evaluate import verdicts
 
     seeds, names = [0, 1], ["a", "b", "c"]
     tl = {"variant": "TL", "k": 5, "seeds": seeds, "matrices": names}
     tl["per_seed"] = {m: [[2.0, 2.0, 2.0]] * 2 for m in ("top1", "top5")}
     nt5 = {**tl, "variant": "NT", "per_seed": {m: [[1.0, 1.0, 1.0]] * 2 for m in ("top1", "top5")}}
     nt20 = {**tl, "variant": "NT", "k": 20}
-    lines = report.transfer_answers([tl, nt5, nt20], 5, 200)
+    lines = verdicts.transfer_answers([tl, nt5, nt20], 5, 200)
     assert any("beat NT-5? **Yes**: TL / NT 2.000x" in line for line in lines)
     assert any("match NT-20? **Yes**: TL / NT 1.000x" in line for line in lines)
     other = {**nt5, "k": 10, "matrices": ["a"]}  # not paired: no claim
-    assert not any("NT-10" in line for line in report.transfer_answers([tl, other], 5, 200))
+    assert not any("NT-10" in line for line in verdicts.transfer_answers([tl, other], 5, 200))
 
 
 def test_baseline_answers_call_a_ci_at_one_a_tie() -> None:
-    from cognate.evaluate import report
+    from cognate.evaluate import verdicts
 
     def row(low: float, mean: float, high: float) -> dict:
         ratio = {"mean": mean, "low": low, "high": high, "seeds": 1, "matrices": 3}
         return {"baseline": "fixed", "ratio_top1": ratio, "ratio_top5": ratio}
 
     def verdict(low: float, mean: float, high: float) -> str:
-        (line, _) = report.baseline_answers([row(low, mean, high)], "TL-5")
+        (line, _) = verdicts.baseline_answers([row(low, mean, high)], "TL-5")
         return line.split("**")[1]
 
     assert verdict(1.0, 1.0, 1.0) == "No, a tie (the same picks, or nearly)"
@@ -551,7 +551,7 @@ def test_the_random_featurizer_source_model_keeps_its_featurizer_untrained(
 
 
 def test_ablation_answers_pair_tl_with_its_ablation() -> None:
-    from cognate.evaluate import report
+    from cognate.evaluate import verdicts
 
     seeds, names = [0, 1], ["a", "b", "c"]
     tl = {"variant": "TL", "k": 3, "seeds": seeds, "matrices": names}
@@ -563,7 +563,7 @@ def test_ablation_answers_pair_tl_with_its_ablation() -> None:
     }
     unpaired = {**worse, "variant": "TL random mapper", "matrices": ["a"]}
     active = {**worse, "variant": "TL active"}
-    lines = report.ablation_answers([tl, worse, unpaired, active], 200)
+    lines = verdicts.ablation_answers([tl, worse, unpaired, active], 200)
     assert len(lines) == 2  # top-5 and top-1 of the one paired ablation
     assert "beat TL-3 with no mapper? **Yes**: TL / ablation 2.000x" in lines[0]
 

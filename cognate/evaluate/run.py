@@ -19,7 +19,7 @@ from rich.progress import (
 )
 
 from cognate.errors import CognateError
-from cognate.evaluate import baselines, harness, report
+from cognate.evaluate import baselines, harness, report, verdicts
 from cognate.evaluate.harness import TL, Log, OpData
 from cognate.evaluate.preset import ExperimentPreset
 from cognate.paths import shared_dir
@@ -116,10 +116,10 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
         "reused": sum(r.get("fine_tunes_reused", 0) for r in results),
     }
     floor = harness.random_pick(data.test_runs())
-    rows = report.ordered(report.summarize(results, preset.bootstrap))
+    rows = verdicts.ordered(verdicts.summarize(results, preset.bootstrap))
     log(f"{data.op}: non-learned baselines (chosen on all {len(data.train)} training matrices)")
     picks = baselines.all_baselines(data.space, data.train_runs(), data.test_runs(), k=5)
-    k = report.tl_k(preset, rows)
+    k = verdicts.tl_k(preset, rows)
     learned = next((r for r in rows if r["variant"] == TL and r["k"] == k), None)
     with_portfolio = next(
         (r for r in rows if r["variant"] == harness.TL_PORTFOLIO and r["k"] == k), None
@@ -144,9 +144,9 @@ def evaluate_op(data: OpData, preset: ExperimentPreset, out: Path, log: Log) -> 
         "fine_tunes": fine_tunes,
         "random_pick": floor,
         "rows": rows,
-        "baselines": report.baseline_comparison(compared, learned, preset.bootstrap),
+        "baselines": verdicts.baseline_comparison(compared, learned, preset.bootstrap),
         "baselines_portfolio": (
-            report.baseline_comparison(compared, with_portfolio, preset.bootstrap)
+            verdicts.baseline_comparison(compared, with_portfolio, preset.bootstrap)
             if with_portfolio
             else None
         ),
