@@ -8,7 +8,9 @@ source text, never flags.
 The cache keeps a manifest: beside each ``k_<hash>.so`` a ``k_<hash>.so.sha256`` holding
 the library's own sha256, written after the library. A library is used only when its
 manifest entry matches (checked before returning a cached path and again before loading);
-one without an entry or with a wrong one (a foreign file, a damaged disk) is rebuilt.
+one without an entry or with a wrong one (a foreign file, a damaged disk) is rebuilt. Both
+are read through ``homefiles.read_home`` (no link followed, no FIFO waited on, size bounded):
+a link, FIFO, device or folder there is one warning line and counts as absent.
 Build folders of processes that died mid-compile are removed when a process first uses
 the cache.
 """
@@ -26,6 +28,7 @@ from functools import cache, lru_cache
 from pathlib import Path
 
 from cognate.errors import CognateError
+from cognate.homefiles import make_room, read_home
 from cognate.paths import cognate_home
 
 CC = os.environ.get("CC", "gcc") if os.environ.get("CC", "gcc") in ("gcc", "cc", "clang") else "gcc"
@@ -33,6 +36,9 @@ BASE_FLAGS: tuple[str, ...] = ("-O3", "-march=native", "-fPIC", "-shared", "-std
 OPENMP_FLAGS: tuple[str, ...] = ("-fopenmp",)
 _BUILD_PREFIX = "build-"
 _LEGACY_MIN_AGE_S = 3600.0  # tmp* folders of older cognate versions carry no pid
+MAX_LIBRARY_BYTES = 256 << 20  # a generated kernel library is well under 1 MiB
+_MAX_ENTRY_BYTES = 1024  # a manifest entry: one hex sha256 and a newline
+_REBUILD = "the kernel is built again"
 
 
 def kernel_cache_dir() -> Path:
@@ -75,6 +81,7 @@ def _age_s(path: Path) -> float:
 
 
 def _sha256(path: Path) -> str:
+    """sha256 of a library this process just built (in its private build folder)."""
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
@@ -83,11 +90,20 @@ def _manifest(lib: Path) -> Path:
 
 
 def verified(lib: Path) -> bool:
-    """Whether ``lib`` exists and matches its manifest entry."""
-    try:
-        return _manifest(lib).read_text().strip() == _sha256(lib)
-    except OSError:
+    """Whether ``lib`` exists, is a regular file and matches its manifest entry."""
+    entry = read_home(_manifest(lib), _MAX_ENTRY_BYTES, then=_REBUILD)
+    if entry is None:
         return False
+    body = read_home(lib, MAX_LIBRARY_BYTES, then=_REBUILD)
+    return body is not None and entry.strip() == hashlib.sha256(body).hexdigest().encode()
+
+
+def _make_room(out: Path) -> None:
+    """Clear an empty folder at ``out`` for the built library; a folder with files in it is
+    one line for the user to remove."""
+    make_room(out)
+    if out.is_dir() and not out.is_symlink():
+        raise CognateError(f"{out}: is a folder, not a library cognate built; remove it")
 
 
 def compile_c(source: str, *, openmp: bool = True) -> Path:
@@ -119,8 +135,9 @@ def compile_c(source: str, *, openmp: bool = True) -> Path:
         entry.write_text(_sha256(lib) + "\n")
         # Library first, then its entry, each renamed atomically: an entry never names a
         # library that is not in place. Concurrent builders of the same source agree.
-        os.replace(lib, out)
-        os.replace(entry, _manifest(out))
+        for built, place in ((lib, out), (entry, _manifest(out))):
+            _make_room(place)
+            os.replace(built, place)
     return out
 
 

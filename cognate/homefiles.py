@@ -138,6 +138,16 @@ def home_lock(path: str | Path) -> Iterator[bool]:
         yield True
 
 
+def make_room(path: str | Path) -> None:
+    """Remove an empty folder at ``path`` so a file can be renamed there (a rename replaces
+    a link, FIFO or file itself, never what a link points at). A folder with files in it is
+    left alone: it is the user's to remove, and the caller's rename says so."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        with contextlib.suppress(OSError):
+            path.rmdir()
+
+
 def clean_leftovers(path: str | Path) -> int:
     """Remove the temp files that ``atomic_path`` writers of ``path`` left when they were
     killed (``.<name>.<random>.tmp`` beside it); call it holding ``home_lock(path)``, under

@@ -13,6 +13,8 @@ Trained autoencoders are cached as safetensors under ``cognate_home()/autoencode
 keyed by space name, space version and settings; the file's sha256 goes into every model
 that uses it, and a fine-tuned model also ships the weights (``AutoencoderEncoder.embedded``
 rebuilds the encoder from them). The encoder is registered as target-encoder kind ``ae``.
+A cache file is read through ``homefiles.read_home``; one that is not a regular file, is
+empty, foreign or damaged is one warning line and trained again.
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors import safe_open
-from safetensors.torch import save
+from safetensors.torch import load, save
 from torch import nn
 
 from cognate.config import Config
 from cognate.errors import CognateError
+from cognate.homefiles import ignore, make_room, read_home
 from cognate.model.encoding import ConfigEncoder, register_target_encoder
 from cognate.paths import cognate_home, configs_dir
 from cognate.space import Space
@@ -40,6 +42,8 @@ from cognate.util import load_yaml
 # The cpu space caps splits, blocks and panels by the shape: one wide enough for every
 # value (the panel family's widest is 65536 columns).
 _PROBE_SHAPE = (65536, 65536)
+MAX_CACHE_BYTES = 64 << 20  # a cached autoencoder is a few MiB at the widest settings
+_RETRAIN = "trained again"
 
 
 def transfer_settings() -> dict[str, Any]:
@@ -181,19 +185,21 @@ def ae_file_bytes(model: KnobAutoencoder, codebook: Codebook, space: Space) -> b
     return save(tensors, metadata={"cognate-ae": json.dumps(meta)})
 
 
-def _save(path: Path, model: KnobAutoencoder, codebook: Codebook, space: Space) -> None:
+def _save(path: Path, raw: bytes) -> None:
     from cognate.util import atomic_write
 
-    atomic_write(path, ae_file_bytes(model, codebook, space))
+    make_room(path)
+    atomic_write(path, raw)
 
 
-def _load(path: Path, settings: AESettings) -> tuple[KnobAutoencoder, Codebook]:
-    with safe_open(str(path), framework="pt") as f:
-        meta = json.loads((f.metadata() or {})["cognate-ae"])
-        state = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 - no iterator
+def _load(raw: bytes, settings: AESettings) -> tuple[KnobAutoencoder, Codebook]:
+    """The autoencoder of a cache file's bytes; any exception means a damaged or foreign file
+    (its bytes are untrusted: safetensors, JSON and the shapes all may fail)."""
+    header = json.loads(raw[8 : 8 + int.from_bytes(raw[:8], "little")])
+    meta = json.loads(header["__metadata__"]["cognate-ae"])
     codebook = Codebook(meta["columns"])
     model = KnobAutoencoder(codebook.sizes, settings.latent, settings.hidden)
-    model.load_state_dict(state)
+    model.load_state_dict(load(raw))
     model.eval()
     return model, codebook
 
@@ -209,14 +215,16 @@ class AutoencoderEncoder(ConfigEncoder):
         self.dim = self.settings.latent
         path = _cache_path(space, self.settings)
         self.path: Path | None = path  # None: weights embedded in a model file
-        if path.is_file():
+        raw = read_home(path, MAX_CACHE_BYTES, then=_RETRAIN)
+        if raw is not None:
             try:
-                self.model, self.codebook = _load(path, self.settings)
-            except (OSError, KeyError, ValueError, RuntimeError):
-                self._train(path)  # a corrupt or foreign cache file is rebuilt
-        else:
-            self._train(path)
-        self.sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+                self.model, self.codebook = _load(raw, self.settings)
+            except Exception as err:  # noqa: BLE001 - any defect of an untrusted file
+                ignore(path, f"not an autoencoder cognate wrote: {type(err).__name__}", _RETRAIN)
+                raw = None
+        if raw is None:
+            raw = self._train(path)
+        self.sha256 = hashlib.sha256(raw).hexdigest()
 
     @classmethod
     def embedded(
@@ -232,10 +240,17 @@ class AutoencoderEncoder(ConfigEncoder):
         self.sha256 = hashlib.sha256(ae_file_bytes(model, codebook, space)).hexdigest()
         return self
 
-    def _train(self, path: Path) -> None:
+    def _train(self, path: Path) -> bytes:
+        """Train, cache and return the cache file's bytes (a cache that cannot be written,
+        e.g. a folder in its place, is one warning: the encoder works uncached)."""
         rows = space_rows(self.space, self.settings.sample, self.settings.seed)
         self.model, self.codebook = train_autoencoder(rows, self.settings)
-        _save(path, self.model, self.codebook, self.space)
+        raw = ae_file_bytes(self.model, self.codebook, self.space)
+        try:
+            _save(path, raw)
+        except OSError as err:
+            ignore(path, f"cannot write: {err.strerror or err}", "not cached")
+        return raw
 
     def features(self, configs: Sequence[Config]) -> np.ndarray:
         rows = [np.asarray(self.space.knob_features(c), dtype=np.float32) for c in configs]
