@@ -181,7 +181,7 @@ WHERE matrix_id = ? AND target = ? AND op = ? AND width = ? AND host = ?
   AND config_id = (SELECT id FROM configs WHERE hash = ?)
 """
 _FRAME_QUERY = """
-SELECT m.name AS matrix, m.sha256 AS matrix_sha256, m.source, m.rows, m.cols, m.nnz,
+SELECT r.id AS record_id, m.name AS matrix, m.sha256 AS matrix_sha256, m.source, m.rows, m.cols, m.nnz,
        r.target, r.op, r.width, c.json AS config, c.hash AS config_hash, r.space_version,
        r.runtime_s, r.spread_s, {range_column}, r.status, r.error, r.is_baseline, r.host,
        r.time, r.counters, {v2_columns}, {isa_columns}
@@ -247,16 +247,34 @@ class Store:
         if readonly and not self.path.is_file():
             raise CognateError(f"{self.path}: no such record store")
         if not readonly:
+            self._refuse_links()
             self._make_parent()
         try:
             self._conn = self._connect()
             self._setup()
         except sqlite3.DatabaseError as exc:
             self._close_quietly()
+            if "readonly" in str(exc):
+                raise CognateError(
+                    f"{self.path}: record store is read-only ({exc}); nothing can be recorded "
+                    "into it (give a writable --db)"
+                ) from None
             raise CognateError(f"{self.path}: not a usable record store ({exc})") from None
         except CognateError:
             self._close_quietly()
             raise
+
+    def _refuse_links(self) -> None:
+        """SQLite follows a symbolic link and writes the file it points at (and its -wal,
+        -shm, -journal beside it): a store opened for writing is never a link, so a link
+        planted at a store's path cannot make cognate write a file elsewhere."""
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            path = Path(f"{self.path}{suffix}")
+            if path.is_symlink():
+                raise CognateError(
+                    f"{path}: is a symbolic link; refusing to write a record store through "
+                    "it (give the real path)"
+                )
 
     def _make_parent(self) -> None:
         try:
@@ -316,6 +334,9 @@ class Store:
                 )
             self._check_tables()
             self._fold_simulator_hosts()
+            # A write now, inside this transaction: SQLite opens a file it may not write
+            # read-only without a word, and the first record would fail after the work.
+            conn.execute("UPDATE meta SET value = value WHERE key = 'schema_version'")
         self.schema = SCHEMA_VERSION
 
     def _check_tables(self) -> None:
@@ -657,10 +678,33 @@ class Store:
             df = pd.read_sql_query(query, self._conn, params=params)
         if self.schema < 3:  # an older store opened read-only: its spreads as v3 reads them
             df = upgrade_frame(df.drop(columns=[c for c, _ in _V3_COLUMNS]))
-        # Fixed dtypes, so an empty or all-null frame exports with the same schema.
-        df = df.astype(_FRAME_DTYPES)
-        df["time"] = pd.to_datetime(df["time"], utc=True, format="ISO8601")
-        return df[list(FRAME_COLUMNS)]
+        return self._typed(df)[list(FRAME_COLUMNS)]
+
+    def _typed(self, df: pd.DataFrame) -> pd.DataFrame:
+        """Fixed dtypes, so an empty or all-null frame exports with the same schema; a value
+        that is not of its column's type (text in ``runtime_s``, a bad ``time``, written by
+        another tool) is one line naming the record and column."""
+        for column, dtype in _FRAME_DTYPES.items():
+            try:
+                df[column] = df[column].astype(dtype)
+            except (ValueError, TypeError, OverflowError):
+                self._bad_value(df, column, pd.to_numeric(df[column], errors="coerce"), "a number")
+        try:
+            df["time"] = pd.to_datetime(df["time"], utc=True, format="ISO8601")
+        except (ValueError, TypeError, OverflowError):
+            times = pd.to_datetime(df["time"], utc=True, format="ISO8601", errors="coerce")
+            self._bad_value(df, "time", times, "an ISO 8601 time")
+        return df
+
+    def _bad_value(self, df: pd.DataFrame, column: str, parsed: pd.Series, kind: str) -> None:
+        """Raise the line for the first row of ``column`` that ``parsed`` could not read."""
+        bad = df[df[column].notna() & parsed.isna()]
+        where = f"record {int(bad['record_id'].iloc[0])}: " if len(bad) else ""
+        value = f"{bad[column].iloc[0]!r}" if len(bad) else "a value"
+        raise CognateError(
+            f"{self.path}: damaged record store: {where}column {column} holds {value[:60]}, "
+            f"not {kind}"
+        )
 
     def matrices(self) -> pd.DataFrame:
         """One row per stored matrix, with how many measurements it has."""
@@ -845,8 +889,8 @@ def _old_spread_meaning(target: Any, counters: Any) -> str:
         return "both"
     try:
         verify = json.loads(counters).get("verify") if isinstance(counters, str) else None
-    except (ValueError, AttributeError):
-        verify = None
+    except (ValueError, AttributeError, RecursionError):  # deep nesting must not block
+        verify = None  # the migration for good: such counters are no verify's
     return "iqr" if verify == "interleaved" else "range"
 
 
