@@ -27,6 +27,12 @@ caller has them). A second process then times the same picks against MKL with pa
 (``OMP_WAIT_POLICY=passive``: every 2-thread call pays a thread wake) and its ratio is
 printed in its own labelled column; ``--no-passive-column`` skips it.
 
+MKL's code path (the ISA library it loaded: ``def`` is its generic code, what it runs on a
+CPU not made by Intel) heads the output. Where that differs from its Intel path, a child
+process with ``COGNATE_MKL_INTEL_PATH=1`` times the same picks block-wise against MKL on its
+Intel path (library.py says how), printed as its own labelled column ``mkl-ie, Intel path``;
+``--no-intel-path-column`` skips it.
+
 Every result is checked against a float64 scipy reference before its time counts. Prints
 ratios (library time / tuned time: > 1 means the tuned kernel is faster), GFLOP/s and the
 effective bandwidth (A + B + C bytes once per call) next to a STREAM triad measured in the
@@ -49,6 +55,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from cognate.timing import early_threads, time_blocks, time_interleaved
 
@@ -163,7 +170,9 @@ def main() -> None:
     )
     parser.add_argument("--json", type=Path, help="write every row here")
     parser.add_argument("--no-passive-column", action="store_true")
+    parser.add_argument("--no-intel-path-column", action="store_true")
     parser.add_argument("--passive", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--intel-path", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--picks", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--widths", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--rounds", type=int, default=15)
@@ -179,8 +188,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(threads)
-    if args.passive:  # the child run: time the given picks against MKL, passive waits
-        passive_rows(args, threads)
+    if args.passive or args.intel_path:  # a child run: the given picks against MKL only
+        child_rows(args, threads, blocks=args.intel_path)
         return
     stream = stream_triad_gbs()
     from cognate.targets.cpu.isa import host_isa
@@ -210,12 +219,18 @@ def main() -> None:
                 continue
             if row is not None:
                 rows.append(row)
-    passive = {}
+    print(f"MKL code path: {library.mkl_code_path()} ({library.cpu_vendor() or 'unknown vendor'})")
+    passive, intel = {}, {}
     if args.op == "spmm" and not args.no_passive_column:
-        passive = passive_column(rows, threads)
+        passive = child_column(rows, threads, "--passive", {"OMP_WAIT_POLICY": "passive"})
+    if args.op == "spmm" and not args.no_intel_path_column and library.intel_path_differs():
+        intel = child_column(rows, threads, "--intel-path", {library.INTEL_PATH_ENV: "1"})
     summary(rows, passive, args.widths, args.op)
+    intel_summary(rows, intel, args.widths)
     if args.json:
-        args.json.write_text(json.dumps({"rows": rows, "passive": passive}, indent=1))
+        args.json.write_text(
+            json.dumps({"rows": rows, "passive": passive, "intel_path": intel}, indent=1)
+        )
 
 
 def wait_words() -> str:
@@ -294,9 +309,47 @@ def sddmm_summary(rows: list[dict], widths: list[int]) -> None:
                 )
 
 
-def passive_column(rows: list[dict], threads: int) -> dict[str, float]:
-    """mkl/tuned per (matrix, width) with passive waits: this script again in a child process
-    (the policy is read once, when OpenMP starts) on the same picks, without tuning."""
+INTEL_PATH_LABEL = "mkl-ie, Intel path"
+
+
+def intel_summary(rows: list[dict], intel: dict[str, dict], widths: list[int]) -> None:
+    """The Intel-path column: per row and per width, block-timed in the child process."""
+    if not intel:
+        return
+    print(f"{INTEL_PATH_LABEL} (a separate process, the same picks, block-timed):")
+    for row in rows:
+        found = intel.get(f"{row['matrix']}:{row['width']}")
+        if found:
+            print(
+                f"  {row['matrix'][:27]:<28}N={row['width']:<5}mkl {found['mkl_ms']:.3f} ms"
+                f"  tuned {found['tuned_ms']:.3f} ms  mkl/tuned {found['ratio']:.3f}"
+                f"  path {found['path']}"
+            )
+    for width in widths:
+        found = [v for k, v in intel.items() if k.endswith(f":{width}")]
+        if not found:
+            continue
+        ratios = [v["ratio"] for v in found]
+        out = [
+            intel[f"{r['matrix']}:{width}"]["ratio"]
+            for r in rows
+            if r["width"] == width
+            and f"{r['matrix']}:{width}" in intel
+            and r["model_data"] in OUT_OF_SAMPLE
+        ]
+        line = (
+            f"N={width}: tuned vs {INTEL_PATH_LABEL} ({found[0]['path']}) geomean"
+            f" {geomean(ratios):.3f}x over {len(ratios)} (min {min(ratios):.3f}x)"
+        )
+        if out:
+            line += f"; out-of-sample {geomean(out):.3f}x over {len(out)} (min {min(out):.3f}x)"
+        print(line)
+
+
+def child_column(rows: list[dict], threads: int, flag: str, env: dict[str, str]) -> dict:
+    """Per (matrix, width), the same picks against MKL in a child process run with ``env``
+    (an OpenMP wait policy or MKL's code path is fixed when the runtime loads): this script
+    again with ``flag``, without tuning."""
     picks = [{k: r[k] for k in ("matrix", "width", "knobs")} for r in rows]
     with tempfile.TemporaryDirectory(prefix="cognate-bench-") as tmp:
         picks_path, out = Path(tmp) / "picks.json", Path(tmp) / "passive.json"
@@ -305,23 +358,24 @@ def passive_column(rows: list[dict], threads: int) -> dict[str, float]:
         if "--json" in sys.argv[1:]:
             i = sys.argv[1:].index("--json")
             argv = sys.argv[1 : i + 1] + sys.argv[i + 3 :]
-        cmd = [sys.executable, *sys.argv[:1], *argv, "--passive", "--picks", str(picks_path)]
+        cmd = [sys.executable, *sys.argv[:1], *argv, flag, "--picks", str(picks_path)]
         cmd += ["--json", str(out), "--threads", str(threads)]
-        env = {**os.environ, "OMP_WAIT_POLICY": "passive"}
-        done = subprocess.run(cmd, env=env, check=False)
+        done = subprocess.run(cmd, env={**os.environ, **env}, check=False)
         if done.returncode != 0 or not out.is_file():
-            print(f"passive column: child run failed (exit {done.returncode})", file=sys.stderr)
+            print(f"{flag} column: child run failed (exit {done.returncode})", file=sys.stderr)
             return {}
         return json.loads(out.read_text())
 
 
-def passive_rows(args: argparse.Namespace, threads: int) -> None:
-    """The child run: each pick's kernel against MKL-IE, interleaved; ratios to --json."""
+def child_rows(args: argparse.Namespace, threads: int, blocks: bool) -> None:
+    """A child run: each pick's kernel against MKL-IE; to --json. Passive waits: the ratio
+    from interleaved rounds; the Intel path (``blocks``): block-timed, with times and the
+    code path MKL ran."""
     from cognate.config import Config
     from cognate.targets.cpu.tuned import ScheduleKernel
 
     picks = {(p["matrix"], p["width"]): p["knobs"] for p in json.loads(args.picks.read_text())}
-    found: dict[str, float] = {}
+    found: dict[str, Any] = {}
     for matrix in matrices(args):
         for width in args.widths:
             knobs = picks.get((matrix.name, width))
@@ -331,9 +385,19 @@ def passive_rows(args: argparse.Namespace, threads: int) -> None:
             b = np.random.default_rng(0).uniform(-1, 1, (matrix.shape[1], width))
             b = b.astype(np.float32)
             prepared, missing, _ = calls(matrix, kernel, b, threads, libraries=("mkl",))
-            if "tuned" in prepared and "mkl" in prepared:
+            if "tuned" not in prepared or "mkl" not in prepared:
+                continue
+            key = f"{matrix.name}:{width}"
+            if not blocks:
                 med = time_interleaved(prepared, args.rounds, threads=threads).seconds
-                found[f"{matrix.name}:{width}"] = med["mkl"] / med["tuned"]
+                found[key] = med["mkl"] / med["tuned"]
+                continue
+            timed, _ = time_blocks(prepared, args.rounds, threads=threads)
+            mkl, tuned = timed["mkl"].median, timed["tuned"].median
+            found[key] = {
+                "ratio": mkl / tuned, "mkl_ms": mkl * 1e3, "tuned_ms": tuned * 1e3,
+                "path": library.mkl_code_path(),
+            }  # fmt: skip
     args.json.write_text(json.dumps(found))
 
 

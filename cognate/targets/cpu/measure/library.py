@@ -8,6 +8,11 @@
 - torch.sparse.mm on a CSR tensor (int32 indices), and for SDDMM
   torch.sparse.sampled_addmm (MKL has no SDDMM).
 
+MKL's code path: on a CPU that is not Intel's, MKL's dispatcher loads its generic code
+(``libmkl_def``) whatever the CPU supports. ``COGNATE_MKL_INTEL_PATH=1`` makes it take the
+path it takes on an Intel CPU with the same features (``intel_path_shim``); ``mkl_code_path``
+says which path a process runs. Benchmarks report both, labelled.
+
 MKL runs on the GNU OpenMP layer (``MKL_THREADING_LAYER=GNU``) so it shares libgomp with the
 generated kernels: one thread pool, same waiting policy, and no runtime clash in one process.
 Each reference's result is checked against scipy by the caller before any timing counts.
@@ -31,6 +36,16 @@ import scipy.sparse as sp
 from cognate.errors import CognateError
 
 MKL_ENV = "MKL_RT"  # path of libmkl_rt to use instead of the one in this environment
+INTEL_PATH_ENV = "COGNATE_MKL_INTEL_PATH"  # "1": MKL takes its Intel code path on any vendor
+# libmkl_core's dispatcher asks mkl_serv_get_cpu_true (an exported symbol, called through its
+# PLT: a definition loaded first wins) for a function that says whether the CPU is Intel's,
+# and on "no" loads libmkl_def. This one says yes; MKL then picks its ISA from the CPU's
+# feature bits (libmkl_avx512 on AMD Zen 4, checked with MKL 2026.2). The older override,
+# mkl_serv_intel_cpu_true, is gone from current MKL. A constant source: nothing reaches it.
+INTEL_PATH_SHIM = (
+    "static int cognate_cpu_is_intel(void) { return 1; }\n"
+    "void *mkl_serv_get_cpu_true(void) { return (void *)cognate_cpu_is_intel; }\n"
+)
 # MKL sparse enums (mkl_spblas.h): SPARSE_INDEX_BASE_ZERO, SPARSE_OPERATION_NON_TRANSPOSE,
 # SPARSE_MATRIX_TYPE_GENERAL / SPARSE_FILL_MODE_LOWER / SPARSE_DIAG_NON_UNIT,
 # SPARSE_LAYOUT_ROW_MAJOR; MKL_THREADING_GNU for MKL_Set_Threading_Layer.
@@ -67,6 +82,56 @@ def export_mkl_rt_env() -> Path | None:
 _MKL: Any = None
 
 
+def cpu_vendor() -> str:
+    """The CPU's vendor string (``GenuineIntel``, ``AuthenticAMD``, ...; empty if unknown)."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("vendor_id"):
+                    return line.partition(":")[2].strip()
+    except OSError:
+        pass
+    return ""
+
+
+def intel_path_differs() -> bool:
+    """Whether MKL's Intel path is a different path here (a CPU not made by Intel)."""
+    return cpu_vendor() not in ("GenuineIntel", "")
+
+
+def load_intel_path_shim() -> Path:
+    """Make MKL take its Intel code path in this process: load the shim (compiled once) into
+    the global symbol scope. Must run before libmkl_rt loads; a CognateError after."""
+    from cognate.build import compile_c
+
+    if _MKL is not None or _mkl_mapped():
+        raise CognateError("MKL's Intel path: MKL is loaded already in this process")
+    path = compile_c(INTEL_PATH_SHIM, openmp=False)
+    ctypes.CDLL(str(path), mode=os.RTLD_GLOBAL)
+    return path
+
+
+def _mkl_mapped() -> list[str]:
+    """The MKL libraries mapped into this process (``libmkl_<name>.so``)."""
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return []
+    names = {line.rsplit("/", 1)[-1].split(".so")[0] for line in maps.splitlines()}
+    return sorted(n for n in names if n.startswith("libmkl_"))
+
+
+CODE_PATHS = ("avx10", "avx512", "avx2", "mc3", "def")  # MKL's per-ISA libraries, best first
+
+
+def mkl_code_path() -> str:
+    """The code path MKL runs in this process (after its first call): the ISA library it
+    loaded (``avx512``, ``avx2``, ``mc3``, ``def`` = generic), else ``not loaded``."""
+    mapped = _mkl_mapped()
+    found = [p for p in CODE_PATHS if f"libmkl_{p}" in mapped]
+    return found[0] if found else "not loaded"
+
+
 def mkl_runtime() -> Any:
     """libmkl_rt loaded once, GNU threading layer, prototypes set; a CognateError (one line)
     when the ``mkl`` package is missing."""
@@ -78,6 +143,8 @@ def mkl_runtime() -> Any:
         raise CognateError(
             "MKL not found: `pip install mkl` (cognate's [bench] extra) or set MKL_RT to libmkl_rt"
         )
+    if os.environ.get(INTEL_PATH_ENV) == "1" and not _mkl_mapped():
+        load_intel_path_shim()
     try:
         lib = ctypes.CDLL(str(path))
     except OSError as exc:
