@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from cognate.lifetime import die_with_parent
 from cognate.targets.cpu.isa import host_isa
 from cognate.timing import (
     LEAD_IN_S,
@@ -349,6 +350,9 @@ def _time_alone(name: str, call: Callable[[], Any], first_s: float, job: dict[st
 
 
 def main(argv: list[str]) -> None:
+    """``JOB.json [PARENT_PID PDEATHSIG]``: run the job; with a parent, die with it."""
+    if len(argv) > 2:
+        die_with_parent(int(argv[2]), pdeathsig=len(argv) < 4 or argv[3] == "1")
     job = json.loads(Path(argv[1]).read_text())
     threads = job.get("threads")
     if threads:
@@ -364,4 +368,7 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv)
+    try:
+        main(sys.argv)
+    except KeyboardInterrupt:  # a SIGINT sent to the job itself: the parent says what stopped
+        sys.exit(130)

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -52,17 +53,28 @@ def interleaved_verify(
         }
         save_job_matrix(matrix, Path(job["npz"]))
         (Path(tmp) / "job.json").write_text(json.dumps(job))
+        main_thread = threading.current_thread() is threading.main_thread()
         cmd = [
             sys.executable,
             "-m",
             "cognate.targets.cpu.measure.interleave",
             str(Path(tmp) / "job.json"),
+            str(os.getpid()),
+            str(int(main_thread)),  # the parent-death signal fires when this thread ends
         ]
         # stderr passes through: the job's lines there are "waiting for the timing lock" and,
         # with ``progress``, its progress (its failures come back in the outcome file).
+        # Its own process group: a terminal's Ctrl-C reaches only this process, whose
+        # KeyboardInterrupt kills the job (subprocess.run does) and prints one line; the job
+        # dies with this process too (cognate.lifetime), so it is never left running.
         try:
             done = subprocess.run(
-                cmd, stdout=subprocess.DEVNULL, timeout=timeout_s, env=_thread_env(threads)
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                timeout=timeout_s,
+                env=_thread_env(threads),
+                process_group=0,
             )
         except subprocess.TimeoutExpired:
             raise CognateError(f"interleaved verify took over {timeout_s:g} s") from None
