@@ -15,6 +15,7 @@ from cognate.config import Config
 from cognate.targets import Target
 
 from .runner import SpadeRunner
+from .simulator import row_region_bytes
 from .space import SpadeSpace
 
 
@@ -36,9 +37,11 @@ class SpadeTarget(Target):
 
 
 def simulation_cost(width: int) -> Cost:
-    """Memory of simulating at any width: tiles are streamed from the canonical CSR
-    (measured per row, column and nonzero as docs/reliability.md, matrix inputs, says)."""
-    return Cost(32, 16, 96)
+    """Memory of simulating at ``width``: tiles are streamed from the canonical CSR
+    (measured per row, column and nonzero as docs/reliability.md, matrix inputs, says) and
+    the simulator's row region holds 5 bytes per row per line of a float32 row of C (a
+    10^7-row matrix at width 4096: 12.8 GB, whatever its nonzeros)."""
+    return Cost(32 + row_region_bytes(1, width), 16, 96)
 
 
 def simulated_target(

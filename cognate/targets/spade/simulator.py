@@ -257,6 +257,17 @@ def _params(
     return ip, dp
 
 
+LINE_BYTES = 64  # spade_sim.c's LINE
+# spade_sim.c keeps, per row and per 64-byte line of a row of C, where the line sits
+# (``where``, int32) and whether it was written (``touched``, 1 byte): its row region.
+ROW_REGION_BYTES_PER_LINE = 5
+
+
+def row_region_bytes(rows: int, width: int) -> int:
+    """Bytes of the simulator's row region for ``rows`` rows of float32 at ``width``."""
+    return int(rows) * ROW_REGION_BYTES_PER_LINE * -(-int(width) * 4 // LINE_BYTES)
+
+
 @dataclass(frozen=True)
 class SimResult:
     """Counters of one simulation; ``seconds`` = cycles / clock."""
@@ -294,11 +305,14 @@ def simulate(
         _ptr(ip), _ptr(dp), _ptr(t.rows), _ptr(t.cols), _ptr(t.tile_ptr), _ptr(t.tile_panel),
         _ptr(t.tile_cpanel), t.tile_panel.size, _ptr(t.panel_ptr), _ptr(out), _ptr(busy),
     )  # fmt: skip
-    if rc != 0:
-        raise CognateError(
-            f"spade simulator failed (code {rc}: "
-            f"{'out of memory' if rc == -1 else 'bad parameters'})"
+    if rc == -1:  # malloc failed: a failure of this run, never a runtime
+        raise MemoryError(
+            f"spade simulator: out of memory simulating a {shape[0]} x {shape[1]} matrix at "
+            f"width {width} (its row region alone is {row_region_bytes(shape[0], width) / 2**30:.2f} "
+            "GiB)"
         )
+    if rc != 0:
+        raise CognateError(f"spade simulator failed (code {rc}: bad parameters)")
     counters = dict(zip(OUT_FIELDS, out.tolist(), strict=True))
     expected = csr.nnz * sched.split  # every nonzero visited once per dense pass
     if counters["nnz_passes"] != expected:
