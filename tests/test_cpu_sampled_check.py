@@ -157,3 +157,72 @@ def test_kernel_preparation_over_the_budget_is_one_clear_error(matrix, monkeypat
     monkeypatch.setenv("COGNATE_MAX_MEMORY", str(price.resident_bytes() + 1024))
     with pytest.raises(InputError, match="building A\\^T"):
         TunedSparse(matrix)._transpose()
+
+
+def _path_point(indptr: np.ndarray, d: int) -> tuple[int, int]:
+    """kernels/cpu/spmm_csr.c's path_point, literally (its first_row's binary search)."""
+    rows = indptr.size - 1
+    if d >= rows + indptr[-1]:
+        return rows, int(indptr[-1])
+    lo, hi = 0, rows
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if indptr[mid] + mid >= d + 1:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo - 1, d - (lo - 1)
+
+
+def _carry_rows(indptr: np.ndarray, parts: int) -> list[tuple[int, int, int]]:
+    """(row, first nonzero, split nonzero) of each nzsplit part that stops inside a row."""
+    rows, total = indptr.size - 1, indptr.size - 1 + int(indptr[-1])
+    found = []
+    for t in range(parts - 1):
+        start_row, start_nz = _path_point(indptr, t * total // parts)
+        row, split = _path_point(indptr, (t + 1) * total // parts)
+        if row < rows and indptr[row] < split:  # a carry holding some of the row's entries
+            found.append((row, start_nz if start_row == row else int(indptr[row]), split))
+    return found
+
+
+def _spmm(matrix) -> tuple[np.ndarray, np.ndarray]:
+    (b,) = dense_operands("spmm", matrix.shape, 16, OPERAND_SEED)
+    return b, np.asarray(matrix.csr @ b, dtype=np.float32)
+
+
+def test_a_lost_nzsplit_carry_is_caught(matrix, monkeypatch) -> None:
+    """A kernel that drops a merge-path part's carry (the row a thread stops inside comes out
+    with only the other part's nonzeros) fails the check at 2, 4 and 8 threads: every such
+    row is in the sample (before: a fixed sample seldom held them)."""
+    _small_sample(monkeypatch)
+    b, result = _spmm(matrix)
+    sampled = reference_for(matrix.csr, "spmm", (b,), budget=1)
+    assert sampled.check(result) is None
+    csr = matrix.csr
+    for parts in (2, 4, 8):
+        carries = _carry_rows(csr.indptr, parts)
+        assert carries, parts
+        for row, lo, split in carries:
+            assert row in set(sampled.rows.tolist()), (parts, row)
+            wrong = result.copy()  # the carry's entries [lo, split) lost
+            wrong[row] -= csr.data[lo:split] @ b[csr.indices[lo:split]]
+            problem = sampled.check(wrong)
+            assert problem is not None and f"first bad row {row}" in problem
+
+
+def test_a_wrong_row_outside_the_sample_fails_the_row_sums(matrix, monkeypatch) -> None:
+    """Every row is checked through C @ 1 against A @ (B @ 1): a row the sample does not
+    hold, wrong by a little (one entry of it off by 1%), still fails."""
+    _small_sample(monkeypatch)
+    b, result = _spmm(matrix)
+    sampled = reference_for(matrix.csr, "spmm", (b,), budget=1)
+    outside = np.setdiff1d(np.arange(matrix.shape[0]), sampled.rows)
+    lengths = np.diff(matrix.csr.indptr)
+    row = int(outside[np.argmax(lengths[outside])])
+    wrong = result.copy()
+    col = int(np.argmax(np.abs(wrong[row])))
+    wrong[row, col] *= 1.01
+    problem = sampled.check(wrong)
+    assert problem is not None and f"first bad row {row}" in problem and "row sums" in problem
+    assert sampled.check(result) is None and "every row's sum" in sampled.describe()

@@ -79,6 +79,7 @@ SAMPLE_SEED = 20240607
 HEAVIEST_ROWS = 64  # the longest rows (most terms: where a wrong accumulation shows most)
 EDGE_ROWS = 16  # the first and the last rows (off-by-one tiles and tails)
 RANDOM_ROWS = 4096
+MAX_PARTS = 64  # thread counts whose split rows are sampled: 2 .. MAX_PARTS
 
 
 def full_reference_bytes(csr: sp.csr_matrix, op: str, width: int) -> int:
@@ -91,16 +92,90 @@ def full_reference_bytes(csr: sp.csr_matrix, op: str, width: int) -> int:
     return a64 + 8 * (rows + cols) * width + 4 * 8 * int(csr.nnz)
 
 
+def split_rows(csr: sp.csr_matrix, max_parts: int = MAX_PARTS) -> np.ndarray:
+    """The rows where a schedule splits work between threads, for every thread count 2 ..
+    ``max_parts``: the merge-path (``nzsplit``) carry rows, where a thread's equal share of
+    rows + nonzeros ends inside a row (kernels/cpu/spmm_csr.c, ``run_nzsplit``), and the
+    boundaries of equal row blocks; each with its neighbours (an off-by-one shows there)."""
+    rows = csr.shape[0]
+    if rows == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = csr.indptr[1:].astype(np.int64) + np.arange(1, rows + 1)  # diagonal ending row i
+    total = rows + int(csr.indptr[-1])
+    found = []
+    for parts in range(2, max_parts + 1):
+        cuts = np.arange(1, parts, dtype=np.int64)
+        found.append(np.searchsorted(ends, cuts * total // parts, side="right"))  # carry rows
+        found.append(cuts * rows // parts)  # row-block boundaries
+    near = np.concatenate(found)[:, None] + np.array([-1, 0, 1])
+    return np.unique(np.clip(near, 0, rows - 1))
+
+
 def sample_rows(csr: sp.csr_matrix, seed: int = SAMPLE_SEED) -> np.ndarray:
-    """A fixed sample of rows (sorted, distinct): the heaviest, the first and last, and
-    random ones from a seeded generator."""
+    """A fixed sample of rows (sorted, distinct): the heaviest, the first and last, every
+    schedule's split rows (``split_rows``) and random ones from a seeded generator."""
     rows = csr.shape[0]
     lengths = np.diff(csr.indptr)
     heavy = min(HEAVIEST_ROWS, rows)
     heaviest = np.argpartition(lengths, rows - heavy)[rows - heavy :] if heavy else []
     edges = np.r_[np.arange(min(EDGE_ROWS, rows)), np.arange(max(0, rows - EDGE_ROWS), rows)]
     drawn = np.random.default_rng(seed).integers(0, rows, size=min(RANDOM_ROWS, rows))
-    return np.unique(np.concatenate([heaviest, edges, drawn]).astype(np.int64))
+    parts = np.concatenate([heaviest, edges, split_rows(csr), drawn]).astype(np.int64)
+    return np.unique(parts)
+
+
+_CHUNK = 1 << 22  # entries per step of the row sums: bounded temporaries
+
+
+def _row_sums(csr: sp.csr_matrix, v: np.ndarray, absolute: bool = False) -> np.ndarray:
+    """A @ v (or |A| @ v) in float64 (``v`` float64), in bounded steps over the entries."""
+    out = np.zeros(csr.shape[0])
+    for lo in range(0, csr.nnz, _CHUNK):
+        hi = min(csr.nnz, lo + _CHUNK)
+        row_of = np.searchsorted(csr.indptr, np.arange(lo, hi), side="right") - 1
+        first = int(row_of[0])
+        values = csr.data[lo:hi].astype(np.float64)
+        prod = (np.abs(values) if absolute else values) * v[csr.indices[lo:hi]]
+        out[first : int(row_of[-1]) + 1] += np.bincount(row_of - first, weights=prod)
+    return out
+
+
+def _dense_row_sums(b: np.ndarray, absolute: bool = False) -> np.ndarray:
+    """Each row's sum of ``b`` (or of its magnitudes) in float64, in bounded steps."""
+    out = np.empty(b.shape[0])
+    step = max(1, _CHUNK // max(1, b.shape[1]))
+    for lo in range(0, b.shape[0], step):
+        part = b[lo : lo + step]
+        out[lo : lo + step] = (np.abs(part) if absolute else part).sum(axis=1, dtype=np.float64)
+    return out
+
+
+class Checksum:
+    """Every row of an SpMM result checked at once: ``C @ 1`` against ``A @ (B @ 1)`` in
+    float64, each row within the sum of its entries' tolerances (the ``reference`` rule), so
+    a row outside the sample that is wrong still fails the check."""
+
+    def __init__(self, csr: sp.csr_matrix, b: np.ndarray) -> None:
+        terms = np.diff(csr.indptr).astype(np.float64) + 1.0
+        self.ref = _row_sums(csr, _dense_row_sums(b))
+        bound = _row_sums(csr, _dense_row_sums(b, absolute=True), absolute=True)
+        width = b.shape[1]
+        # the float32 entries' bounds summed, plus the rounding of the row's float64 sum
+        self.tol = 4.0 * (terms + width) * UNIT_ROUNDOFF * bound
+        self.tol[bound > np.finfo(np.float32).max / 2] = np.inf
+
+    def check(self, result: np.ndarray, slack: float = 1.0) -> str | None:
+        """None when every row sum of ``result`` is within tolerance, else a one-line reason."""
+        sums = _dense_row_sums(result)
+        error = np.abs(sums - self.ref)
+        bad = ~(error <= slack * self.tol + np.finfo(np.float32).tiny) & np.isfinite(self.tol)
+        if not bad.any():
+            return None
+        first = int(np.argmax(bad))
+        return (
+            f"row sums C @ 1 differ from A @ (B @ 1) at {int(bad.sum())} of {bad.size} rows "
+            f"(first bad row {first}: {sums[first]!r} vs {self.ref[first]!r})"
+        )
 
 
 class Reference:
@@ -117,6 +192,7 @@ class Reference:
     ) -> None:
         self.op, self.rows, self.total_rows = op, rows, csr.shape[0]
         self.entries: np.ndarray | None = None  # SDDMM: A's entries of the sampled rows
+        self.checksum: Checksum | None = None  # SpMM, sampled: every row's sum
         self.row_of = rows  # the row of each checked result row (SDDMM: of each entry)
         if rows is None:
             self.ref, self.tol = reference(csr, op, operands)
@@ -136,6 +212,7 @@ class Reference:
             self.row_of = np.repeat(rows, ends - starts)
             operands = (operands[0][rows], operands[1][used])
         else:
+            self.checksum = Checksum(csr, operands[0])
             operands = (operands[0][used],)
         self.ref, self.tol = reference(part, op, operands)
 
@@ -146,7 +223,8 @@ class Reference:
     def describe(self) -> str:
         if self.rows is None:
             return "every row"
-        return f"{self.rows.size} of {self.total_rows} rows (heaviest, first/last, random)"
+        what = f"{self.rows.size} of {self.total_rows} rows (heaviest, first/last, split, random)"
+        return what + (", every row's sum" if self.checksum is not None else "")
 
     def check(self, result: np.ndarray, slack: float = 1.0) -> str | None:
         """None when ``result`` (the whole output) is within the tolerance times ``slack`` on
@@ -156,7 +234,8 @@ class Reference:
         part = result[self.entries] if self.op == "sddmm" else result[self.rows]
         problem = mismatch(part, self.ref, slack * self.tol)
         if problem is None:
-            return None
+            summed = self.checksum.check(result, slack) if self.checksum else None
+            return None if summed is None else f"{summed} (checked {self.describe()})"
         error = np.abs(part.astype(np.float64) - self.ref)
         bad = ~(error <= slack * self.tol + np.finfo(np.float32).tiny) & np.isfinite(self.tol)
         first = int(np.argmax(bad.reshape(bad.shape[0], -1).any(axis=1)))
