@@ -2,11 +2,18 @@
 other max / min aggregations of a cognate adjacency (cognate.pyg).
 
 ``out[i, j] = max_k A[i, k] * x[k, j]`` over row i's stored entries (0 for an empty row, as
-torch's ``spmm_reduce`` and PyG's scatter give); the backward routes ``dy[i, j]`` to
-``dx[k*, j]`` times ``A[i, k*]`` for the entry k* that won (ties: the first in CSR order).
-The kernel is kernels/pyg/spmm_minmax.c, compiled once by cognate/build.py; its results are
-checked against a numpy reference in tests/test_pyg.py. One fixed schedule (rows in parallel,
-the width innermost), not tuned.
+torch's ``spmm_reduce`` and PyG's scatter give; NaN when any product is NaN, as PyG's scatter
+max / min give); the backward routes ``dy[i, j]`` to ``dx[k*, j]`` times ``A[i, k*]`` for the
+entry k* that won (ties: the first in CSR order; a NaN output sends NaN to each entry of its
+row, as scatter's backward does). The backward is itself differentiable (its adjoint is a
+gather through the same args), so gradient penalties (``create_graph=True``) get exact
+second-order gradients. A may repeat a column in a row (a duplicated edge): it then counts
+as one more candidate, as in PyG's edge list.
+
+Every tensor handed to C is checked first (``check_live_tensor``: a freed or shrunk storage
+is a one-line ValueError, never a read of freed memory). The kernel is
+kernels/pyg/spmm_minmax.c, compiled once by cognate/build.py; one fixed schedule (rows in
+parallel, the width innermost), not tuned.
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ import torch
 from cognate.build import compile_c, load_library
 from cognate.errors import CognateError
 from cognate.paths import kernels_dir
+from cognate.targets.cpu.operands import check_live_tensor
 
 REDUCES = ("max", "min")
+ARG_EMPTY, ARG_NAN = -1, -2  # the kernel's arg for an empty row / a NaN output
 _I64, _P = ctypes.c_int64, ctypes.c_void_p
 
 
@@ -33,39 +42,93 @@ def _library() -> ctypes.CDLL:
     for name in ("spmm_max", "spmm_min"):
         getattr(lib, name).argtypes = [_I64, _I64, _P, _P, _P, _P, _P, _P]
         getattr(lib, name).restype = None
-    lib.spmm_minmax_backward.argtypes = [_I64, _I64, _P, _P, _P, _P, _P]
+    lib.spmm_minmax_backward.argtypes = [_I64, _I64, _P, _P, _P, _P, _P, _P]
     lib.spmm_minmax_backward.restype = None
     return lib
 
 
+def _live(tensor: torch.Tensor, what: str) -> None:
+    """One-line ValueError (like cognate.torch's other argument checks) when ``tensor`` has
+    no memory for its elements: C must never read a freed or shrunk storage."""
+    try:
+        check_live_tensor(tensor, f"min/max aggregation: {what}")
+    except CognateError as exc:
+        raise ValueError(str(exc)) from None
+
+
 class MinMaxCSR:
-    """A's CSR arrays held as the kernel takes them (int32 indices, float32 values)."""
+    """A's CSR arrays held as the kernel takes them (int32 indices, float32 values); a
+    column may repeat within a row (duplicated edges)."""
 
     def __init__(self, csr: sp.csr_matrix) -> None:
         if csr.nnz >= 2**31:  # the kernel's offsets and argmin/argmax entries are int32
             raise CognateError(f"min/max aggregation: {csr.nnz} entries, over 2^31 - 1")
         self.shape = csr.shape
+        self.nnz = int(csr.nnz)
         self.indptr = np.ascontiguousarray(csr.indptr, dtype=np.int32)
         self.indices = np.ascontiguousarray(csr.indices, dtype=np.int32)
         self.values = np.ascontiguousarray(csr.data, dtype=np.float32)
 
+    def _check(self, x: torch.Tensor, rows: int, what: str) -> torch.Tensor:
+        """``x`` as C reads it: float32 cpu, ``rows`` x width, live, contiguous."""
+        if x.dtype != torch.float32 or x.device.type != "cpu" or x.layout != torch.strided:
+            raise TypeError(
+                f"min/max aggregation: {what} must be a dense float32 cpu tensor, got"
+                f" {x.dtype} {x.layout} on {x.device}"
+            )
+        if x.dim() != 2 or x.shape[0] != rows:
+            raise ValueError(
+                f"min/max aggregation: {what} has shape {tuple(x.shape)}, expected ({rows}, width)"
+            )
+        _live(x, what)  # before .contiguous(): torch's copy of a freed tensor crashes too
+        return x.detach().contiguous()
+
+    def _check_arg(self, arg: torch.Tensor, width: int) -> torch.Tensor:
+        if arg.dtype != torch.int32 or tuple(arg.shape) != (self.shape[0], width):
+            raise ValueError(
+                f"min/max aggregation: the saved args have {arg.dtype} {tuple(arg.shape)},"
+                f" expected int32 ({self.shape[0]}, {width})"
+            )
+        _live(arg, "the args saved for the backward")
+        return arg.contiguous()
+
     def forward(self, x: torch.Tensor, reduce: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(out, arg) for a float32 contiguous x of A.cols rows."""
+        """(out, arg) for x of A.cols rows."""
+        x = self._check(x, self.shape[1], "x")
         rows, width = self.shape[0], x.shape[1]
         out = torch.empty((rows, width), dtype=torch.float32)
         arg = torch.empty((rows, width), dtype=torch.int32)
-        kernel = _library().spmm_max if reduce == "max" else _library().spmm_min
-        kernel(rows, width, _ptr(self.indptr), _ptr(self.indices), _ptr(self.values),
-               x.data_ptr(), out.data_ptr(), arg.data_ptr())  # fmt: skip
+        if rows and width:
+            kernel = _library().spmm_max if reduce == "max" else _library().spmm_min
+            kernel(rows, width, _ptr(self.indptr), _ptr(self.indices), _ptr(self.values),
+                   x.data_ptr(), out.data_ptr(), arg.data_ptr())  # fmt: skip
         return out, arg
 
     def backward(self, grad: torch.Tensor, arg: torch.Tensor) -> torch.Tensor:
-        grad = grad.contiguous()
+        """dx: ``grad`` (A.rows x width) routed to the entries that won."""
+        grad = self._check(grad, self.shape[0], "the output's gradient")
+        arg = self._check_arg(arg, grad.shape[1])
         dx = torch.zeros((self.shape[1], grad.shape[1]), dtype=torch.float32)
-        _library().spmm_minmax_backward(self.shape[0], grad.shape[1], _ptr(self.indices),
-                                        _ptr(self.values), arg.data_ptr(), grad.data_ptr(),
-                                        dx.data_ptr())  # fmt: skip
+        if self.shape[0] and grad.shape[1]:
+            _library().spmm_minmax_backward(
+                self.shape[0], grad.shape[1], _ptr(self.indptr), _ptr(self.indices),
+                _ptr(self.values), arg.data_ptr(), grad.data_ptr(), dx.data_ptr(),
+            )  # fmt: skip
         return dx
+
+    def gather(self, dx: torch.Tensor, arg: torch.Tensor) -> torch.Tensor:
+        """The adjoint of ``backward`` (what differentiating it gives): ``out[i, j] =
+        A.val[k] * dx[A.col[k], j]`` for k = arg[i, j] (0 for an empty row, NaN for a NaN
+        output). In torch: it runs only for second-order gradients."""
+        dx = self._check(dx, self.shape[1], "the input's gradient")
+        arg = self._check_arg(arg, dx.shape[1])
+        if self.nnz == 0:
+            return dx.new_zeros(arg.shape)
+        k = arg.long().clamp_min(0)
+        source = torch.from_numpy(self.indices).long()[k]
+        out = torch.gather(dx, 0, source) * torch.from_numpy(self.values)[k]
+        out = out.masked_fill(arg == ARG_EMPTY, 0.0)
+        return out.masked_fill(arg == ARG_NAN, float("nan"))
 
 
 def _ptr(array: np.ndarray) -> int:
@@ -75,7 +138,7 @@ def _ptr(array: np.ndarray) -> int:
 class _MinMaxSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, operand: MinMaxCSR, reduce: str) -> torch.Tensor:
-        out, arg = operand.forward(x.detach().contiguous(), reduce)
+        out, arg = operand.forward(x, reduce)
         ctx.operand = operand
         ctx.save_for_backward(arg)
         return out
@@ -83,21 +146,53 @@ class _MinMaxSpMM(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
         (arg,) = ctx.saved_tensors
-        return ctx.operand.backward(grad, arg), None, None
+        return _Route.apply(grad, arg, ctx.operand), None, None
+
+
+class _Route(torch.autograd.Function):
+    """dx = the gradient routed through the args: linear in the gradient, its derivative
+    is ``_Gather`` (the args are piecewise constant in x: no second-order term in x)."""
+
+    @staticmethod
+    def forward(ctx: Any, grad: torch.Tensor, arg: torch.Tensor, operand: MinMaxCSR) -> Any:
+        ctx.operand = operand
+        ctx.save_for_backward(arg)
+        return operand.backward(grad, arg)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        (arg,) = ctx.saved_tensors
+        return _Gather.apply(grad, arg, ctx.operand), None, None
+
+
+class _Gather(torch.autograd.Function):
+    """``_Route``'s adjoint; its own derivative is ``_Route`` again (any order)."""
+
+    @staticmethod
+    def forward(ctx: Any, dx: torch.Tensor, arg: torch.Tensor, operand: MinMaxCSR) -> Any:
+        ctx.operand = operand
+        ctx.save_for_backward(arg)
+        return operand.gather(dx, arg)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
+        (arg,) = ctx.saved_tensors
+        return _Route.apply(grad, arg, ctx.operand), None, None
 
 
 def spmm_minmax(operand: MinMaxCSR, x: torch.Tensor, reduce: str) -> torch.Tensor:
-    """``reduce`` ("max" / "min") over each row's entries of A * x, differentiable in x
-    (x: float32 cpu, A.cols x width, checked by the caller)."""
+    """``reduce`` ("max" / "min") over each row's entries of A * x, differentiable in x to
+    any order (x: float32 cpu, A.cols x width)."""
     if reduce not in REDUCES:
         raise ValueError(f"reduce must be one of {', '.join(REDUCES)}, got {reduce!r}")
     return _MinMaxSpMM.apply(x, operand, reduce)
 
 
 def reference(csr: sp.csr_matrix, x: np.ndarray, reduce: str) -> np.ndarray:
-    """numpy reference of the forward (float64), for the tests."""
+    """numpy reference of the forward (float64; NaN wherever a product is NaN), for the
+    tests."""
     out = np.zeros((csr.shape[0], x.shape[1]))
-    pick = np.max if reduce == "max" else np.min
+    pick = np.max if reduce == "max" else np.min  # both propagate NaN
     for i in range(csr.shape[0]):
         lo, hi = csr.indptr[i], csr.indptr[i + 1]
         if hi > lo:
