@@ -5,6 +5,8 @@ top, write the choice out. One module per job (docs/architecture.md):
 - ``result``: ``TuneResult`` (the choice, its measurements, the callable kernel, the JSON);
 - ``verify``: the top-k and the baseline measured by the target, recorded in the store;
 - ``emit``: the chosen schedule in the target's own form;
+- ``saved``: a run's result kept as JSON: its pick emitted or run later, not re-timed;
+- ``ranking_json``: the ``ranking`` object of the JSON, one shape for every target;
 - ``learn``: ``tune --verify --learn``, the measured configs refine a local model copy;
 - ``tune``: the whole search (``tune_matrix``).
 
@@ -28,6 +30,7 @@ from cognate.search.rank import (
     score_configs,
 )
 from cognate.search.result import TuneResult
+from cognate.search.saved import emit_from_json, kernel_from_json, load_result, save_result
 from cognate.search.tune import load_model, tune_matrix
 from cognate.search.verify import record_verified, verify
 
@@ -41,11 +44,15 @@ __all__ = [
     "TuneResult",
     "candidate_set",
     "emit",
+    "emit_from_json",
+    "kernel_from_json",
+    "load_result",
     "load_model",
     "rank",
     "record_verified",
     "resolve_model_path",
     "runnable_top",
+    "save_result",
     "score_configs",
     "shipped_model_path",
     "tune_matrix",

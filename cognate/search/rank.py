@@ -69,6 +69,7 @@ class Candidate:
     # width, register tile): it carries that config's rank and score, measurement decides
     variant: bool = False
     range_s: float | None = None  # verified: max - min of the timed samples
+    variant_of: str | None = None  # a variant: the hash of the ranked config it varies
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -81,6 +82,7 @@ class Candidate:
             "scored_rank": self.scored_rank,
             "portfolio": self.portfolio,
             "variant": self.variant,
+            "variant_of": self.variant_of,
         }
         if self.status is not None:
             out.update(status=self.status, runtime_s=self.runtime_s, spread_s=self.spread_s)
@@ -89,9 +91,41 @@ class Candidate:
         return out
 
 
-def candidate_set(space: Space, shape: tuple[int, int], n: int, seed: int) -> list[Config]:
-    """The space's search candidates plus its baseline, distinct, in a deterministic order."""
-    configs = space.candidates(n, seed, shape)
+@dataclass
+class ScoredCount:
+    """Where the scored configs came from: what ``top K of N scored configs`` counts."""
+
+    requested: int  # --candidates: the sample a large space draws
+    from_space: int  # the space's candidates (a small space: all of it)
+    whole_families: tuple[str, ...] = ()  # kernel families scored in full beside the sample
+    baseline_added: int = 0  # the baseline config, when the sample missed it
+    portfolio_added: int = 0  # the model's portfolio configs the sample missed
+    portfolio: int = 0  # portfolio configs among the scored (ranked ahead of the rest)
+
+    @property
+    def total(self) -> int:
+        return self.from_space + self.baseline_added + self.portfolio_added
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "whole_families": list(self.whole_families)}
+
+
+class Ranked(list):
+    """``rank``'s candidates, best first, with where they came from (``count``)."""
+
+    count: ScoredCount | None = None
+
+
+def candidate_set(
+    space: Space,
+    shape: tuple[int, int],
+    n: int,
+    seed: int,
+    drawn: list[Config] | None = None,
+) -> list[Config]:
+    """The space's search candidates (``drawn``: already drawn) plus its baseline,
+    distinct, in a deterministic order."""
+    configs = space.candidates(n, seed, shape) if drawn is None else drawn
     baseline = space.baseline(shape)
     if not any(same_config(c, baseline) for c in configs):
         configs = [*configs, baseline]
@@ -171,7 +205,9 @@ def rank(
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="cognate-embed") as pool:
         embedding = pool.submit(embed, model, matrix, timings)
         start = time.perf_counter()
-        configs = candidate_set(space, matrix.shape, candidates, seed)
+        drawn = space.candidates(candidates, seed, matrix.shape)
+        configs = candidate_set(space, matrix.shape, candidates, seed, drawn)
+        with_base = len(configs)
         configs, positions = with_portfolio(configs, model.portfolio)
         timings.candidates_s = time.perf_counter() - start
         scores = score_configs(model, matrix, configs, width, timings, embedding=embedding)
@@ -179,13 +215,29 @@ def rank(
     order = portfolio_order(scores, positions, model.portfolio_anchor)
     timings.rank_s = time.perf_counter() - start
     timings.search_s = time.perf_counter() - wall
-    ranked = [
+    ranked = Ranked(
         Candidate(
             r, configs[i], float(scores[i]), "", scored_rank=r, portfolio=bool(positions[i] >= 0)
         )
         for r, i in enumerate(order.tolist(), 1)
-    ]
+    )
+    ranked.count = ScoredCount(
+        requested=candidates,
+        from_space=len(drawn),
+        whole_families=_whole_families(space, drawn, candidates),
+        baseline_added=with_base - len(drawn),
+        portfolio_added=len(configs) - with_base,
+        portfolio=int((positions >= 0).sum()),
+    )
     return ranked, timings
+
+
+def _whole_families(space: Space, drawn: Sequence[Config], requested: int) -> tuple[str, ...]:
+    """The families of the configs a space adds in full beyond the ``requested`` sample
+    (cpu: every legal config of its non-csr families), in their order of appearance."""
+    if len(drawn) <= requested:
+        return ()
+    return tuple(dict.fromkeys(space.family(c) or "the rest" for c in drawn[requested:]))
 
 
 def runnable_top(

@@ -8,8 +8,27 @@ from typing import Any
 
 from cognate.config import Config
 from cognate.matrix import Matrix
-from cognate.search.rank import Candidate, Timings
+from cognate.search.rank import Candidate, ScoredCount, Timings
+from cognate.search.ranking_json import ranking_json
 from cognate.targets import Verification, get_target
+
+
+def _ran(c: Candidate) -> bool:
+    return c.status == "ok" and bool(c.runtime_s)
+
+
+def interval(c: Candidate) -> tuple[float, float]:
+    """The median +- interquartile range of a measured candidate, as the table prints it
+    (it holds the quartiles: a median lies between them)."""
+    spread = c.spread_s or 0.0
+    return c.runtime_s - spread, c.runtime_s + spread  # type: ignore[operator]
+
+
+def beats(fast: Candidate, slow: Candidate) -> bool:
+    """Whether ``fast`` ran faster than ``slow`` beyond the noise of both: their intervals
+    (``interval``) do not overlap. A lead smaller than the two spreads together is what
+    a busy machine produces between identical kernels."""
+    return interval(fast)[1] < interval(slow)[0]
 
 
 @dataclass
@@ -37,31 +56,60 @@ class TuneResult:
     remeasured: list[str] = field(default_factory=list)  # hashes re-timed head to head
     space_version: str = ""
     ranking: dict[str, Any] | None = None  # which ranking the model used, and why
+    scored_count: ScoredCount | None = None  # where the n_scored configs came from
     _kernel: Any = field(default=None, repr=False)
 
     @property
     def best(self) -> Candidate:
-        """Verified: the fastest measured of the top-k and the baseline (the baseline also when
-        the fastest candidate is within the spread of it: no candidate beat it); unverified
-        or nothing ran: rank 1."""
+        """Verified: the fastest measured candidate that beats the baseline outside the
+        spread of both (``beats``), else the baseline; unverified or nothing ran: rank 1.
+        A baseline that did not run gives way to the fastest candidate that did."""
         if not self.verified:
             return self.candidates[0]
-        pool = [*self.candidates, self.baseline]
-        measured = [c for c in pool if c.status == "ok" and c.runtime_s]
-        if not measured:
-            return self.candidates[0]
-        fastest = min(measured, key=lambda c: (c.runtime_s, c is not self.baseline, c.rank))
         base = self.baseline
-        if fastest is not base and base.status == "ok" and base.runtime_s:
-            noise = max(fastest.spread_s or 0.0, base.spread_s or 0.0)
-            if base.runtime_s - fastest.runtime_s <= noise:
-                return base
-        return fastest
+        measured = [c for c in self.candidates if _ran(c) and c.config != base.config]
+        if not _ran(base):
+            return min(measured, key=lambda c: (c.runtime_s, c.rank), default=self.candidates[0])
+        winners = [c for c in measured if beats(c, base)]
+        return min(winners, key=lambda c: (c.runtime_s, c.rank), default=base)
+
+    @property
+    def closest_rival(self) -> Candidate | None:
+        """Verified and the baseline kept: the fastest candidate whose median is below the
+        baseline's (its lead within the spreads), or None when none ran faster."""
+        if not self.kept_baseline:
+            return None
+        base = self.baseline
+        faster = [
+            c for c in self.candidates
+            if _ran(c) and c.config != base.config and c.runtime_s < base.runtime_s
+        ]  # fmt: skip
+        return min(faster, key=lambda c: (c.runtime_s, c.rank), default=None)
 
     @property
     def kept_baseline(self) -> bool:
         """Verified, and no candidate beat the baseline config."""
         return self.verified and self.best is self.baseline
+
+    @property
+    def all_failed(self) -> bool:
+        """Verified, and not one config (candidate or baseline) ran."""
+        return self.verified and not any(_ran(c) for c in [*self.candidates, self.baseline])
+
+    def verdict(self) -> dict[str, Any] | None:
+        """Verified: how ``best`` was decided, for the JSON: the rule, whether a candidate
+        was named faster than the baseline, and both intervals (seconds)."""
+        if not self.verified or self.all_failed:
+            return None
+        best, base = self.best, self.baseline
+        return {
+            "rule": "a candidate beats the baseline only when its median + interquartile range "
+            "is below the baseline's median - interquartile range",
+            "faster_than_baseline": best is not base and _ran(base),
+            "best_interval_s": list(interval(best)) if _ran(best) else None,
+            "baseline_interval_s": list(interval(base)) if _ran(base) else None,
+            "unreliable": self.unreliable,
+        }
 
     @property
     def unreliable(self) -> bool:
@@ -134,8 +182,9 @@ class TuneResult:
             "op": self.op,
             "width": self.width,
             "model": str(self.model_path),
-            "ranking": self.ranking,
+            "ranking": ranking_json(self.ranking),
             "scored": self.n_scored,
+            "scored_from": self.scored_count.as_dict() if self.scored_count else None,
             "skipped_too_large": self.skipped_too_large,
             "verified": self.verified,
             "baseline": base,
@@ -145,9 +194,13 @@ class TuneResult:
                 "scored_rank": best.scored_rank,  # place in the ranking of every scored config
                 "config": dict(best.config.knobs),
                 "description": best.description,
+                "hash": best.config.hash,
                 "runtime_s": best.runtime_s,
+                "spread_s": best.spread_s,
                 "is_baseline": best is self.baseline,
             },
+            "verdict": self.verdict(),
+            "all_failed": self.all_failed,
             "kept_baseline": self.kept_baseline,
             "speedup_vs_baseline": self.speedup_vs_baseline,
             "timings": self.timings.as_dict(),

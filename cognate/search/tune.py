@@ -81,6 +81,7 @@ def tune_matrix(
     result.skipped_too_large = skipped
     result.space_version = space.version
     result.ranking = ranking_used(cost_model.metadata)
+    result.scored_count = getattr(ranked, "count", None)
     if verify:  # the target's variants (cpu: vector width) are measured with the picks
         add_variants(result, the_target)
         say(_verify_line(result, the_target))

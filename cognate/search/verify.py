@@ -54,6 +54,7 @@ def add_variants(result: TuneResult, target: Target) -> None:
                 family_pick=False,
                 portfolio=False,
                 variant=True,
+                variant_of=base.hash,
             )
         )
 
