@@ -81,6 +81,31 @@ def test_kept_epoch_is_said_with_its_reason() -> None:
     assert zero.startswith("zero-shot: no fine-tuning")
 
 
+def test_kept_epoch_says_why_when_another_epoch_had_the_higher_top1() -> None:
+    meta = _meta([0.7, 0.72, 0.8, 0.78], best=2)
+    for entry, top1 in zip(meta["metrics"]["history"], (1.0, 1.3, 1.1, 1.2), strict=True):
+        entry["top1"] = top1
+    line = kept_epoch_line(meta)
+    assert line.startswith("kept epoch 2 of 3: best validation accuracy 0.800")
+    assert "epoch 1 had a higher top-1 (1.300x vs 1.100x)" in line
+    assert "chosen on pairwise accuracy (the preset's early_stop_metric)" in line
+    meta["metrics"]["history"][2]["top1"] = 1.4  # the kept epoch is also the best top-1
+    assert "higher top-1" not in kept_epoch_line(meta)
+
+
+def test_validation_that_cannot_discriminate_is_said() -> None:
+    from types import SimpleNamespace
+
+    from cognate.model.train import validation_caveat
+
+    one = [SimpleNamespace(key=k, configs=["baseline"]) for k in "abc"]
+    line = validation_caveat(one, {"a", "b"})
+    assert line.startswith("validation cannot discriminate: each of its 2 matrices has one")
+    assert "top-1 = top-5 = oracle = 1.000x" in line
+    several = [*one, SimpleNamespace(key="d", configs=["baseline", "other"])]
+    assert validation_caveat(several, {"a", "d"}) == ""
+
+
 # --- fine-tuning reads only the matrices it uses --------------------------------------------
 
 MATRICES = (

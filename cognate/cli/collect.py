@@ -9,11 +9,20 @@ import click
 
 from cognate.cli.options import db_option
 from cognate.collect import DEFAULT_CONFIGS, DEFAULT_RETRIES, DEFAULT_WIDTH, collect
+from cognate.targets import OPS, target_names
 
 
 @click.command("collect")
-@click.option("--target", "target_name", required=True, metavar="NAME", help="cpu, spade or gpu.")
-@click.option("--op", required=True, metavar="OP", help="spmm or sddmm.")
+# Checked by collect itself (one line, exit 1, like every other bad value); the help lists
+# the registries' names, so a new target or op shows up here without editing this text.
+@click.option(
+    "--target",
+    "target_name",
+    required=True,
+    metavar="NAME",
+    help=f"One of {', '.join(target_names())}.",
+)
+@click.option("--op", required=True, metavar="OP", help=f"One of {', '.join(OPS)}.")
 @click.option("--width", type=int, default=DEFAULT_WIDTH, show_default=True, help="Dense width N.")
 @click.option(
     "--configs",
@@ -84,7 +93,9 @@ def collect_command(
     host_id: str | None,
     matrices: tuple[str, ...],
 ) -> None:
-    """Measure configs of each MATRIX (files or folders); resumable, Ctrl-C safe."""
+    """Measure configs of each MATRIX (files or folders); resumable, Ctrl-C safe. Each
+    matrix is stored with its absolute path (and content hash), so training reads it back
+    from any directory."""
     # Only the options the user gave reach the runner: each target keeps its own defaults.
     runner_options: dict[str, Any] = {}
     if timeout_s is not None:

@@ -118,6 +118,7 @@ def finetune(
     about the run, the choice and its validation figures included, are written to -o.
     """
     from cognate.model.checkpoint import read_metadata
+    from cognate.model.train import validation_caveat
     from cognate.progress import EpochReporter, plural
     from cognate.records import (
         read_runs,
@@ -195,6 +196,9 @@ def finetune(
         console.print(f"ranking: learned, nothing chosen ({err})", soft_wrap=True, markup=False)
     model.save(output)
     _summary(console, model.metadata, output)
+    caveat = validation_caveat(runs, {m["sha256"] for m in model.metadata["split"]["validation"]})
+    if caveat:
+        console.print(caveat, markup=False)
 
 
 def _zero_shot_without_records(
@@ -253,6 +257,8 @@ def _summary(console: Console, meta: dict, output: Path) -> None:
 
 def kept_epoch_line(meta: dict) -> str:
     """Which epoch's weights the model holds, and why (from the metadata's history)."""
+    from cognate.model.train import top1_note
+
     opts, metrics = meta["transfer"]["options"], meta["metrics"]
     history, best = metrics["history"], metrics["best_epoch"]
     key = meta["preset"]["train"]["early_stop_metric"]
@@ -272,7 +278,8 @@ def kept_epoch_line(meta: dict) -> str:
             trend = f"no fine-tuning epoch beat it (best {max(tuned):.3f})"
         return (
             f"kept epoch 0 (before fine-tuning, the pretrained weights): {label} "
-            f"{values[0]:.3f}; {trend}{stopped}"
+            f"{values[0]:.3f}; {trend}{stopped}{top1_note(history, 0, key)}"
         )
     start = "" if opts["from_scratch"] else f", up from {values[0]:.3f} before fine-tuning"
-    return f"kept epoch {best} of {run}: best {label} {values[best]:.3f}{start}{stopped}"
+    why = top1_note(history, best, key)
+    return f"kept epoch {best} of {run}: best {label} {values[best]:.3f}{start}{stopped}{why}"

@@ -73,7 +73,7 @@ def pretrain(
     import torch
 
     from cognate.model.preset import load_preset, preset_names
-    from cognate.model.train import train
+    from cognate.model.train import train, validation_caveat
     from cognate.progress import EpochReporter, plural
     from cognate.records import read_runs, record_frame
     from cognate.targets import get_target
@@ -106,7 +106,11 @@ def pretrain(
     if max_nnz is not None:
         model.metadata["max_nnz"] = max_nnz
     model.save(output)
-    _print_summary(console, model.metadata, output)
+    _print_summary(console, model.metadata, output, spec.train.early_stop_metric)
+    validation = {m["sha256"] for m in model.metadata["split"]["validation"]}
+    caveat = validation_caveat(runs, validation)
+    if caveat:
+        console.print(caveat, markup=False)
 
 
 def _hold_out(
@@ -122,8 +126,15 @@ def _hold_out(
     return [r for r in runs if r.key not in test], [r for r in runs if r.key in test]
 
 
-def _print_summary(console: Console, meta: dict, output: Path) -> None:
+def _print_summary(console: Console, meta: dict, output: Path, metric: str) -> None:
+    from cognate.model.train import METRIC_WORDS, top1_note
+
     best = meta["metrics"]["best"]
+    console.print(
+        f"kept epoch {best['epoch']}: best validation {METRIC_WORDS.get(metric, metric)} "
+        f"({best[metric]:.3f})" + top1_note(meta["metrics"]["history"], best["epoch"], metric),
+        markup=False,
+    )
     table = Table(title=f"validation, best epoch {best['epoch']}")
     for column in ("pairwise acc", "top-1", "top-5", "oracle", "top-5 / oracle"):
         table.add_column(column, justify="right")

@@ -28,6 +28,7 @@ from rich.progress import (
     Progress,
     TextColumn,
     TimeElapsedColumn,
+    TimeRemainingColumn,
 )
 
 from cognate import targets
@@ -75,7 +76,9 @@ def _matrix_files(matrix_paths: Sequence[str | Path]) -> list[Path]:
     files = list(expand_matrix_paths([Path(p) for p in matrix_paths]))
     if not files:
         raise CognateError(f"no matrix files in {', '.join(str(p) for p in matrix_paths)}")
-    return files
+    # Absolute: the store keeps each matrix's source, and training reads a matrix back from
+    # it, from whatever directory it runs in (a relative "g.npz" would name another file).
+    return [f.resolve() for f in files]
 
 
 def _check_numbers(width: int, n_configs: int, jobs: int | None, batch: int) -> None:
@@ -107,10 +110,13 @@ def _progress(console: Console) -> Progress:
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
         console=console,
         redirect_stdout=False,
         redirect_stderr=False,
-        # Bars only on a terminal: in a log file each redraw would be a stray line.
+        # Bars only on a terminal: in a log file each redraw would be a stray line (there
+        # the collection prints a count / ETA line now and then: Collection.ticker).
         disable=not console.is_terminal,
     )
 

@@ -19,10 +19,13 @@ from cognate.errors import CognateError
 from cognate.lifetime import (
     stop_signals_deferred,
 )
+from cognate.progress import EVERY_S, Ticker
 from cognate.runner import Measurement, Runner
 from cognate.space import Space
 from cognate.timing import Load
 from cognate.util import one_line
+
+LINE_EVERY_S = EVERY_S  # off a terminal: a count / ETA line at least this often
 
 
 class Collection:
@@ -54,6 +57,9 @@ class Collection:
         self.matrix_bar = progress.add_task("matrices", total=None)
         self.config_bar = progress.add_task("configs", total=0)
         self.config_total = 0
+        self.matrices_done = 0
+        # Not a terminal (a pipe, a log): no bars, so a count / ETA line every EVERY_S
+        self.ticker: Ticker | None = None
         # Whose records count as done: this host's, or on Ray any host's ("*"), since a
         # matrix may land on any node when the collection resumes.
         self.any_host = False
@@ -61,6 +67,10 @@ class Collection:
     def plans(self, paths: Sequence[Path]) -> Iterator[Plan]:
         """Load and plan matrix by matrix; yield those with something to measure."""
         self.progress.update(self.matrix_bar, total=len(paths))
+        if not self.progress.console.is_terminal:
+            self.ticker = Ticker(
+                "collect", len(paths), every=LINE_EVERY_S, unit="matrices", emit=self._line
+            )
         for path in paths:
             try:
                 plan = self._plan(path)
@@ -151,6 +161,16 @@ class Collection:
             self.summary.written += len(measurements)
             self.summary.statuses.update(m.status for m in measurements)
         self.progress.advance(self.config_bar, len(measurements))
+        self._tick()
+
+    def _line(self, text: str) -> None:
+        self.progress.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    def _tick(self) -> None:
+        """A count / ETA line (not on a terminal, where the bars show them)."""
+        # the last matrix's line would repeat the summary printed right after it
+        if self.ticker is not None and self.matrices_done < self.ticker.total:
+            self.ticker.update(self.matrices_done, f"{self.summary.written} configs measured")
 
     def warn_busy(self, load: Load) -> None:
         """One line, once per collection, when timings run on a busy machine."""
@@ -177,12 +197,16 @@ class Collection:
             f"cognate: skipped {reason}", markup=False, highlight=False, soft_wrap=True
         )
         self.progress.advance(self.matrix_bar)
+        self.matrices_done += 1
+        self._tick()
 
     def finish(self, plan: Plan) -> None:
         if plan.failed:
             return
         self.summary.matrices += 1
         self.progress.advance(self.matrix_bar)
+        self.matrices_done += 1
+        self._tick()
 
 
 def close_runner(runner: Runner) -> None:

@@ -92,3 +92,46 @@ def _score_held_out(
 
 
 # --- checkpoints ---------------------------------------------------------------------------
+
+
+# --- what the validation figures can and cannot say (pretrain's and finetune's messages) ---
+
+METRIC_WORDS = {"pairwise_accuracy": "pairwise accuracy", "top1": "top-1", "top5": "top-5"}
+
+
+def top1_note(history: Sequence[dict[str, float]], kept: int, metric: str) -> str:
+    """When an epoch other than the kept one had a higher validation top-1: which, and why it
+    was not kept (the epoch is chosen on ``metric``, the preset's ``early_stop_metric``);
+    empty otherwise. ``history[e]`` is epoch ``e`` (0: before training)."""
+    if metric == "top1" or not history:
+        return ""
+    scored = [(e, h.get("top1", float("nan"))) for e, h in enumerate(history) if e > 0]
+    finite = [(e, t) for e, t in scored if t == t]  # NaN: no baseline measured
+    if not finite:
+        return ""
+    epoch, top1 = max(finite, key=lambda item: item[1])
+    kept_top1 = history[kept].get("top1", float("nan"))
+    if epoch == kept or not top1 > kept_top1:
+        return ""
+    words = METRIC_WORDS.get(metric, metric)
+    return (
+        f"; epoch {epoch} had a higher top-1 ({top1:.3f}x vs {kept_top1:.3f}x), but epochs are "
+        f"chosen on {words} (the preset's early_stop_metric), which weighs the order of every "
+        "measured config, not only the first: one matrix's top-1 moves with one config"
+    )
+
+
+def validation_caveat(runs: Sequence[MatrixRuns], validation: set[str]) -> str:
+    """A line when the validation split cannot tell configs apart (every validation matrix
+    has one measured config, e.g. only the baseline): its pairwise accuracy is undefined and
+    top-1 = top-5 = oracle = 1.000x whatever the model. Empty when it can."""
+    val = [r for r in runs if r.key in validation]
+    if not val or any(len(r.configs) > 1 for r in val):
+        return ""
+    matrices = len({r.key for r in val})
+    return (
+        f"validation cannot discriminate: each of its {matrices} matrices has one measured "
+        "config, so pairwise accuracy is undefined and top-1 = top-5 = oracle = 1.000x "
+        "whatever the model; the epoch kept is no better than any other. Measure several "
+        "configs per matrix (`cognate collect --configs N`) for a validation that compares"
+    )
