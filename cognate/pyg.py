@@ -133,13 +133,11 @@ class _Adjacency:
     def gcn_normalized(self, improved: bool, add_self_loops: bool) -> torch.Tensor:
         key = (bool(improved), bool(add_self_loops))
         if key not in self.normalized:
-            loops = None
-            if add_self_loops and self.edges is not None:
-                fill = 2.0 if improved and self.edges.weighted else 1.0
+            fill, loops = 2.0 if improved else 1.0, None
+            if add_self_loops and self.edges is not None:  # else: A's stored loops, or fill
+                fill = fill if self.edges.weighted else 1.0
                 loops = _loop_diagonal(self.edges, self.tuned.shape[0], fill)
-            elif add_self_loops:
-                loops = np.full(self.tuned.shape[0], 2.0 if improved else 1.0)
-            csr = gcn_normalized(self.tuned.matrix.csr, loops)
+            csr = gcn_normalized(self.tuned.matrix.csr, fill, add_self_loops, loops)
             self.normalized[key] = _register(csr, self.degree, self.tune, "gcn-normalized")
         return self.normalized[key]
 
@@ -197,13 +195,24 @@ def _loop_diagonal(edges: _Edges, n: int, fill: float) -> np.ndarray:
     return diagonal
 
 
-def gcn_normalized(csr: sp.csr_matrix, loops: np.ndarray | None) -> sp.csr_matrix:
-    """D^-1/2 (A + I) D^-1/2 of adj_t as PyG's ``gcn_norm`` computes it for an edge list:
-    with ``loops`` (one weight per node) A's diagonal is replaced by them (PyG removes the
-    stored loops and adds one per node); D the row sums (in-degrees of the targets), its
-    inverse square root 0 where a degree is 0 and NaN where it is negative, as PyG's."""
+def gcn_normalized(
+    csr: sp.csr_matrix,
+    fill: float = 1.0,
+    add_self_loops: bool = True,
+    loops: np.ndarray | None = None,
+) -> sp.csr_matrix:
+    """D^-1/2 (A + I) D^-1/2 of adj_t as PyG's ``gcn_norm`` computes it for an edge list.
+    With ``add_self_loops`` A's diagonal is replaced by ``loops`` (one weight per node; PyG
+    removes the stored loops and adds one per node), by default A's stored loop where it has
+    one and ``fill`` elsewhere. D: the row sums (in-degrees of the targets), its inverse
+    square root 0 where a degree is 0 and NaN where it is negative, as PyG's."""
     a = sp.csr_matrix(csr, dtype=np.float64, copy=True)
-    if loops is not None:
+    if add_self_loops:
+        if loops is None:
+            coo = a.tocoo()
+            stored = coo.row[coo.row == coo.col]
+            loops = np.full(a.shape[0], fill)
+            loops[stored] = a.diagonal()[stored]
         a = _add_loops(a, loops)
     degree = np.asarray(a.sum(axis=1)).ravel()
     with np.errstate(divide="ignore", invalid="ignore"):  # PyG: pow(-0.5), inf -> 0
