@@ -36,11 +36,10 @@ from rich.table import Table  # noqa: E402
 from cognate.bench.corpus import shared_matrices  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
-from cognate.targets.cpu.call import BoundKernel  # noqa: E402
 from cognate.targets.cpu.families import TooLarge  # noqa: E402
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
 from cognate.targets.cpu.measure.runner import CpuRunner  # noqa: E402
-from cognate.targets.cpu.run import prepare_kernel  # noqa: E402
+from cognate.targets.cpu.pipeline import PreparedKernel, prepare_kernel  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
 from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402
 
@@ -60,7 +59,7 @@ def load_matrices(args: argparse.Namespace) -> list[Matrix]:
 
 def kernel_call(
     matrix: Matrix, op: str, knobs: dict, operands: tuple[np.ndarray, ...]
-) -> BoundKernel:
+) -> PreparedKernel:
     """A packed, compiled kernel reading ``operands`` in place (the package's own call)."""
     return prepare_kernel(matrix, op, knobs, *operands)
 
@@ -87,7 +86,7 @@ def best_sampled(
     operands: tuple[np.ndarray, ...],
     base_s: float,
     args: argparse.Namespace,
-) -> tuple[BoundKernel | None, int, int]:
+) -> tuple[PreparedKernel | None, int, int]:
     """The best sampled config: the runner's top 3 re-timed here (one noisy median from the
     runner would otherwise favour a lucky config)."""
     width = operands[0].shape[1]

@@ -26,7 +26,7 @@ from cognate.matrix import Matrix  # noqa: E402
 from cognate.synth import generate  # noqa: E402
 from cognate.targets.cpu.families import TooLarge  # noqa: E402
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
-from cognate.targets.cpu.run import prepare_kernel  # noqa: E402
+from cognate.targets.cpu.pipeline import prepare_kernel  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
 from cognate.timing import time_interleaved  # noqa: E402
 

@@ -28,7 +28,7 @@ from cognate.formats.read import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
-from cognate.targets.cpu import families  # noqa: E402
+from cognate.targets.cpu import pipeline  # noqa: E402
 from cognate.targets.cpu.measure import library  # noqa: E402
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
@@ -69,14 +69,14 @@ def bench_one(matrix: Matrix, width: int, revision: str, rounds: int, threads: i
     calls = {}
     for name, lib in (
         ("before", before_library(revision, width)),
-        ("now", families.build("spmm", knobs, width)),
+        ("now", pipeline.build("spmm", knobs, width)),
     ):
-        call = families.bind(families.pack(matrix, "spmm", knobs, width), knobs, operands, lib)
+        call = pipeline.bind(pipeline.pack(matrix, "spmm", knobs, width), knobs, operands, lib)
         call()
         problem = mismatch(call.result(), ref, tol)
         if problem:  # a wrong result never produces a timing
             raise CognateError(f"{matrix.name} N={width} {name}: {problem}")
-        calls[name] = call.argv_call().run
+        calls[name] = call
     calls["mkl"] = library.mkl_spmm_call(matrix.csr, operands[0], threads).run
     timed = time_interleaved(calls, rounds, threads=threads)
     sec = timed.seconds

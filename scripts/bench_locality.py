@@ -52,7 +52,7 @@ from cognate.formats.read import load_matrix  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.paths import shared_dir  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
-from cognate.targets.cpu import families  # noqa: E402
+from cognate.targets.cpu import pipeline  # noqa: E402
 from cognate.targets.cpu.measure import library  # noqa: E402
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
@@ -90,14 +90,14 @@ def prepared_calls(matrix: Matrix, op: str, width: int, threads: int) -> tuple[d
     shared: dict[str, np.ndarray] = {}
     for name, knobs in configs.items():
         try:
-            lib = families.build(op, knobs, width)
+            lib = pipeline.build(op, knobs, width)
             start = time.perf_counter()
-            packed = families.pack(matrix, op, knobs, width)
+            packed = pipeline.pack(matrix, op, knobs, width)
             inspect_s = time.perf_counter() - start
-            call = families.bind(packed, knobs, operands, lib)
+            call = pipeline.bind(packed, knobs, operands, lib)
             call()
             problem = mismatch(call.result(), ref, tol)
-        except families.TooLarge as exc:
+        except pipeline.TooLarge as exc:
             facts[name] = {"error": f"too large: {exc}"}
             continue
         except CognateError as exc:
@@ -140,16 +140,16 @@ def kept_calls(
 
     ref, tol = checked
     knobs = dict(make_space("spmm").baseline(matrix.shape).knobs)
-    lib = families.build("spmm", knobs, width)
+    lib = pipeline.build("spmm", knobs, width)
     for by in ORDERS:
         start = time.perf_counter()
         nodes = node_order(matrix.csr, by)  # what TunedSparse(order=by) runs
         order = nodes.perm.numpy()
         permuted = Matrix(f"{matrix.name}-{by}", nodes.apply(matrix.csr))
         b = np.ascontiguousarray(nodes.to_order(operands[0]))
-        packed = families.pack(permuted, "spmm", knobs, width)
+        packed = pipeline.pack(permuted, "spmm", knobs, width)
         inspect_s = time.perf_counter() - start
-        call = families.bind(packed, knobs, (b,), lib)
+        call = pipeline.bind(packed, knobs, (b,), lib)
         call()
         problem = mismatch(call.result(), ref[order], tol[order])
         name = f"kept:{by}"

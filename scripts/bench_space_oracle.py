@@ -61,7 +61,7 @@ from cognate.bench.corpus import generated_graphs, shared_matrices  # noqa: E402
 from cognate.bench.oracle import AGAIN, BASELINE, FIXED_BAR, oracle_and_fixed  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
-from cognate.targets.cpu import families  # noqa: E402
+from cognate.targets.cpu import families, pipeline  # noqa: E402
 from cognate.targets.cpu.codegen import SCHEDULE_KNOBS, Schedule  # noqa: E402
 from cognate.targets.cpu.isa import host_isa  # noqa: E402
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
@@ -136,7 +136,7 @@ def build_all(widths: list[int]) -> None:
     for width in widths:
         start = time.perf_counter()
         for knobs in grid(width).values():
-            families.build("spmm", knobs, width)
+            pipeline.build("spmm", knobs, width)
         print(f"N={width}: {len(grid(width))} kernels built in {time.perf_counter() - start:.0f} s")
 
 
@@ -151,13 +151,13 @@ def prepared_calls(matrix, width: int, names: set[str] | None = None) -> tuple[d
         if names is not None and name not in names:
             continue
         try:
-            lib = families.build("spmm", knobs, width)
+            lib = pipeline.build("spmm", knobs, width)
             if families.family_of(knobs) == families.CSR:  # one CSR packing serves every tile
-                plain_packed = plain_packed or families.pack(matrix, "spmm", knobs, width)
+                plain_packed = plain_packed or pipeline.pack(matrix, "spmm", knobs, width)
                 packed = plain_packed
             else:
-                packed = families.pack(matrix, "spmm", knobs, width)
-            call = families.bind(packed, knobs, operands, lib)
+                packed = pipeline.pack(matrix, "spmm", knobs, width)
+            call = pipeline.bind(packed, knobs, operands, lib)
             call()
             problem = mismatch(call.result(), ref, tol)
         except CognateError as exc:  # TooLarge included

@@ -24,7 +24,7 @@ from cognate.targets.cpu.families import TooLarge, kernel_source, pack
 from cognate.targets.cpu.families import pack as pack_family
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference
 from cognate.targets.cpu.measure.runner import CpuRunner
-from cognate.targets.cpu.run import run_config
+from cognate.targets.cpu.pipeline import run_config
 from cognate.targets.cpu.space import CpuSpace, make_space
 from cognate.targets.spade.space import SpadeSpace
 

@@ -11,7 +11,7 @@ from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
 from cognate.search import tune_matrix
 from cognate.targets import get_target
-from cognate.targets.cpu import families, fits
+from cognate.targets.cpu import families, fits, pipeline
 
 # Matrices whose sampled configs mix fitting and too-large layouts of every family.
 MATRICES = ("bcspwr06.mtx.gz", "adder_dcop_05.mtx.gz", "Franz6_id1959_aug.mtx.gz")
@@ -19,7 +19,7 @@ MATRICES = ("bcspwr06.mtx.gz", "adder_dcop_05.mtx.gz", "Franz6_id1959_aug.mtx.gz
 
 def _packs(source: families.PackSource, op: str, knobs: dict, width: int) -> bool:
     try:
-        families.pack(source, op, knobs, width)
+        pipeline.pack(source, op, knobs, width)
     except families.TooLarge:
         return False
     return True

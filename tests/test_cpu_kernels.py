@@ -16,15 +16,13 @@ from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix, canonicalize
 from cognate.targets.cpu.codegen import (
     LoopStructure,
-    compile_structure,
     generate_source,
     loop_nest_source,
     structure_of,
 )
-from cognate.targets.cpu.families import TooLarge, pack, size_limit
-from cognate.targets.cpu.families.csr import KernelCall
+from cognate.targets.cpu.families import TooLarge, size_limit
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference
-from cognate.targets.cpu.run import prepare_kernel, run_config
+from cognate.targets.cpu.pipeline import bind, build, pack, prepare_kernel, run_config
 from cognate.targets.cpu.space import make_space
 
 WIDTH = 33  # not a multiple of any vector width: the dense loops have tails
@@ -42,7 +40,7 @@ def _assert_matches(
     operands = dense_operands(op, csr.shape, width, seed=7)
     if unlimited:
         packed = pack(csr, op, knobs, max_entries=10**8, width=width)
-        call = KernelCall(str(compile_structure(packed.structure)), packed, knobs, operands)
+        call = bind(packed, knobs, operands)
         call()
         values = call.result()
     else:
@@ -74,9 +72,8 @@ def _legal_configs(op: str, shape: tuple[int, int]) -> list[dict]:
 
 
 def _precompile(op: str, configs: list[dict], width: int = WIDTH) -> None:
-    structures = {structure_of(op, k, width) for k in configs}
     with ThreadPoolExecutor(2) as pool:  # the compiler runs outside the GIL
-        list(pool.map(compile_structure, structures))
+        list(pool.map(lambda knobs: build(op, knobs, width), configs))
 
 
 @pytest.mark.slow  # 40-60 kernels compiled per op; test_sampled_configs_match_scipy is the fast one
@@ -261,7 +258,7 @@ def test_width_specialised_kernel_refuses_another_width(shared: Path) -> None:
     assert "const int64_t N = 32;" in generate_source(packed.structure)
     (b,) = dense_operands("spmm", csr.shape, 16, seed=0)
     with pytest.raises(CognateError, match="width 32"):
-        KernelCall(str(compile_structure(packed.structure)), packed, knobs, (b,))
+        bind(packed, knobs, (b,))
     with pytest.raises(CognateError, match="dense width"):
         structure_of("spmm", knobs, width="32; abort()")
 

@@ -23,7 +23,7 @@ from cognate.matrix import Matrix, canonicalize
 from cognate.targets.cpu.families import TooLarge, kernel_source
 from cognate.targets.cpu.families import pack as pack_family
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference
-from cognate.targets.cpu.run import prepare_kernel, run_config
+from cognate.targets.cpu.pipeline import prepare_kernel, run_config
 from cognate.targets.cpu.tuned import ScheduleKernel, TunedKernel
 
 OPS = ("spmm", "sddmm")
@@ -250,7 +250,8 @@ def test_prepare_kernel_runs_again_on_new_operands() -> None:
             fresh = dense_operands(op, a.shape, 48, seed)
             size = (a.shape[0], 48) if op == "spmm" else (call.packed.out_slots,)
             out = np.full(size, np.nan, dtype=np.float32)
-            call.call_on(fresh, out)
+            call.point_at([a.ctypes.data for a in (*fresh, out)])
+            call()
             ref, tol = reference(a.csr, op, fresh)
             assert mismatch(out, ref, tol) is None
 

@@ -15,11 +15,9 @@ from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
 from cognate.runner import Measurement
 from cognate.targets import get_target
-from cognate.targets.cpu.codegen import compile_structure
-from cognate.targets.cpu.families import pack
-from cognate.targets.cpu.families.csr import KernelCall
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference
 from cognate.targets.cpu.measure.runner import CpuRunner
+from cognate.targets.cpu.pipeline import bind, pack
 from cognate.targets.cpu.space import make_space
 
 SPMM_SIGNATURE = """
@@ -154,7 +152,7 @@ def test_mismatch_detects_a_single_wrong_entry(matrix: Matrix) -> None:
     packed = pack(matrix.csr, "sddmm", base.knobs)
     packed.vals[len(packed.vals) // 2] *= 1.001  # one value off by 0.1 %
     operands = dense_operands("sddmm", matrix.shape, 32, seed=0)
-    call = KernelCall(str(compile_structure(packed.structure)), packed, base.knobs, operands)
+    call = bind(packed, base.knobs, operands)
     call()
     ref, tol = reference(matrix.csr, "sddmm", operands)
     problem = mismatch(call.result(), ref, tol)

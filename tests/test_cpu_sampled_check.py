@@ -10,7 +10,7 @@ import pytest
 
 from cognate.formats.read import load_matrix
 from cognate.targets import get_target
-from cognate.targets.cpu import families
+from cognate.targets.cpu import families, pipeline
 from cognate.targets.cpu.measure import check
 from cognate.targets.cpu.measure.check import (
     OPERAND_SEED,
@@ -53,7 +53,7 @@ def test_sampled_check_passes_a_right_result_and_refuses_a_wrong_row(
 ) -> None:
     _small_sample(monkeypatch)
     operands = dense_operands(op, matrix.shape, 16, OPERAND_SEED)
-    call = families.prepare(
+    call = pipeline.prepare(
         matrix, op, dict(get_target("cpu").space(op).baseline(matrix.shape).knobs), operands
     )
     call()
@@ -93,9 +93,9 @@ def test_one_at_a_time_job_refuses_a_kernel_wrong_on_a_sampled_row(
     bind, pack = families.bind, families.pack
     packed_layouts = []
 
-    def counting(source, op, knobs, width):
+    def counting(source, op, knobs, width, max_entries=None):
         packed_layouts.append(dict(knobs))
-        return pack(source, op, knobs, width)
+        return pack(source, op, knobs, width, max_entries)
 
     def corrupting(packed, knobs, operands, lib_path=None):
         call = bind(packed, knobs, operands, lib_path)

@@ -23,7 +23,8 @@ from cognate.targets.cpu import families
 from cognate.targets.cpu.codegen import SCHEDULE_KNOBS, Schedule, structure_of
 from cognate.targets.cpu.isa import host_isa
 from cognate.targets.cpu.measure.check import mismatch, reference
-from cognate.targets.cpu.run import run_config
+from cognate.targets.cpu.pipeline import build as pipeline_build
+from cognate.targets.cpu.pipeline import run_config
 from cognate.targets.cpu.space import make_space
 from cognate.targets.cpu.vector import SCHEDULES, vector_variants
 
@@ -113,8 +114,8 @@ def _objdump(path: Path) -> str:
 def test_prefetch_is_in_the_object_code_only_when_asked() -> None:
     if not host_isa().name.startswith("avx"):
         pytest.skip(f"prefetcht0 is an x86 instruction ({host_isa().line()})")
-    on = _objdump(families.build("spmm", {**PLAIN_CSR_SPMM, **ALL, "prefetch": 16}, 128))
-    off = _objdump(families.build("spmm", {**PLAIN_CSR_SPMM, **ALL}, 128))
+    on = _objdump(pipeline_build("spmm", {**PLAIN_CSR_SPMM, **ALL, "prefetch": 16}, 128))
+    off = _objdump(pipeline_build("spmm", {**PLAIN_CSR_SPMM, **ALL}, 128))
     assert "prefetcht0" in on and "prefetcht0" not in off
 
 
@@ -158,7 +159,7 @@ def test_an_empty_matrix_and_empty_rows() -> None:
 NZSPLIT_SCRIPT = """
 import numpy as np, scipy.sparse as sp
 from cognate.targets.cpu.measure.check import mismatch, reference
-from cognate.targets.cpu.run import run_config
+from cognate.targets.cpu.pipeline import run_config
 a = sp.random(400, 300, density=0.01, format="lil", dtype=np.float32, random_state=1)
 a[3, :] = 1.0  # one row cut across every part
 a = sp.csr_matrix(a)

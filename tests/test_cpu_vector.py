@@ -17,7 +17,8 @@ from cognate.targets.cpu import families
 from cognate.targets.cpu.codegen import VECTOR_KNOBS, structure_of
 from cognate.targets.cpu.isa import HostIsa, check_vector_bits, host_isa, isa_from_macros
 from cognate.targets.cpu.measure.check import mismatch, reference
-from cognate.targets.cpu.run import run_config
+from cognate.targets.cpu.pipeline import build as pipeline_build
+from cognate.targets.cpu.pipeline import run_config
 from cognate.targets.cpu.space import make_space
 from cognate.targets.cpu.vector import tiles_for, vector_variants
 
@@ -93,8 +94,8 @@ def _objdump(path: str) -> str:
 def test_the_object_code_uses_the_width_the_config_names() -> None:
     if host_isa().vector_bits < 512:
         pytest.skip(f"this host has no AVX-512 ({host_isa().line()}): no zmm code to check")
-    wide = _objdump(str(families.build("spmm", _vector(512, 8, 2), 128)))
-    narrow = _objdump(str(families.build("spmm", _vector(256, 8, 2), 128)))
+    wide = _objdump(str(pipeline_build("spmm", _vector(512, 8, 2), 128)))
+    narrow = _objdump(str(pipeline_build("spmm", _vector(256, 8, 2), 128)))
     assert "fmadd" in wide and "zmm" in wide
     fma_lines = [line for line in narrow.splitlines() if "fmadd" in line]
     assert fma_lines and not any("zmm" in line for line in fma_lines)

@@ -14,7 +14,7 @@ from cognate.matrix import Matrix
 from cognate.targets.cpu.fastcall import ArgvCall, trampoline_source
 from cognate.targets.cpu.measure.check import mismatch, reference
 from cognate.targets.cpu.measure.verify import _thread_env
-from cognate.targets.cpu.run import prepare_kernel
+from cognate.targets.cpu.pipeline import prepare_kernel
 from cognate.targets.cpu.space import make_space
 from cognate.targets.cpu.tuned import ScheduleKernel
 from cognate.timing import interleaved, wait_policy
@@ -45,18 +45,19 @@ def _b(matrix: Matrix, width: int, seed: int) -> np.ndarray:
 def test_argv_call_runs_the_bound_kernel(dwt: Matrix) -> None:
     b = _b(dwt, 32, 0)
     call = prepare_kernel(dwt, "spmm", make_space("spmm").baseline(dwt.shape), b)
-    fast = ArgvCall(call._fn, call._args, call._pointers)
+    bound = call.bound
+    fast = ArgvCall(bound._fn, bound._args, bound._pointers)
     call.out[:] = np.nan
     fast()
     ref, tol = reference(dwt.csr, "spmm", (b,))
     assert mismatch(call.out, ref, tol) is None
     other = _b(dwt, 32, 1)
-    fast.set_pointer(call._pointers - 2, other.ctypes.data)  # B is the last operand
+    fast.set_pointer(call.pointers - 2, other.ctypes.data)  # B is the last operand
     fast()
     ref, tol = reference(dwt.csr, "spmm", (other,))
     assert mismatch(call.out, ref, tol) is None
     with pytest.raises(CognateError, match="not a pointer"):
-        fast.set_pointer(call._pointers, 0)
+        fast.set_pointer(call.pointers, 0)
 
 
 def test_user_path_follows_new_arrays_numpy_and_torch(dwt: Matrix) -> None:

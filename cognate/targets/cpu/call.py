@@ -1,9 +1,8 @@
 """A compiled cpu kernel bound to its arguments: the one call path of every family.
 
-``BoundKernel`` is what a family's ``bind`` returns (families/): ``self()`` runs the kernel
-on the operands it was bound to, ``call_on`` on others, ``argv_call`` gives the call through
-one argument vector (fastcall.py) that ``TunedKernel`` (tuned.py) and ``tune --verify`` use.
-Every kernel call of the cpu target goes through these two classes.
+``BoundKernel`` is what a family's ``bind`` returns (families/); ``argv_call`` gives its call
+through one argument vector (fastcall.py), the one call path of every cpu kernel
+(pipeline.PreparedKernel holds it).
 """
 
 from __future__ import annotations
@@ -38,7 +37,8 @@ def check_operands(op: str, shape: tuple[int, int], operands: tuple[np.ndarray, 
 
 
 class BoundKernel:
-    """A compiled kernel bound to its arguments (every family): call it, then read result().
+    """A compiled kernel bound to its arguments (every family): ``argv_call`` runs it, then
+    ``result()`` reads the output.
 
     Subclasses set ``op``, ``packed`` (with ``nz_positions``), ``out``, ``_fn``, ``_args``
     and ``_pointers``: the number of pointer arguments, of which the last are the dense
@@ -51,22 +51,6 @@ class BoundKernel:
     _fn: Any
     _args: list[Any]
     _pointers: int
-
-    def __call__(self) -> None:
-        self._fn(*self._args)
-
-    def call_on(self, operands: tuple[np.ndarray, ...], out: np.ndarray) -> None:
-        """Run on other dense operands and output buffer, read and written in place.
-
-        The caller guarantees float32, C-contiguous, aligned arrays of this kernel's shapes
-        (``out``: SpMM M x width; SDDMM one slot per stored value, ``self.out``'s size).
-        """
-        args = list(self._args)
-        first = self._pointers - 1 - len(operands)
-        for index, array in enumerate(operands):
-            args[first + index] = array.ctypes.data
-        args[self._pointers - 1] = out.ctypes.data
-        self._fn(*args)
 
     def argv_call(self) -> ArgvCall:
         """This kernel called through one argument vector (fastcall.py), as the user path and

@@ -15,12 +15,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from pathlib import Path
 from string import Template
 from typing import Any
 
-from cognate.build import compile_c
 from cognate.errors import CognateError
 from cognate.paths import kernels_dir
 from cognate.targets.cpu.isa import VECTOR_BITS, check_vector_bits
@@ -469,7 +466,3 @@ def _schedule_params(schedule: Schedule | None) -> dict[str, str]:
     }
 
 
-@lru_cache(maxsize=512)
-def compile_structure(s: LoopStructure) -> Path:
-    """The shared library for ``s`` (compiled once per source, cached on disk)."""
-    return compile_c(generate_source(s))

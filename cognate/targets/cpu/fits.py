@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from cognate.errors import CognateError
-from cognate.targets.cpu import families
+from cognate.targets.cpu import families, pipeline
 from cognate.targets.cpu.codegen import OP_LOOPS, structure_of
 
 CHUNK = 1 << 22  # nonzeros per pass chunk (~100 MB of int64 temporaries)
@@ -236,7 +236,7 @@ class SizeCheck:
             return False
         if self.structured.nnz > EXACT_PACK_NNZ:
             return False  # deciding needs the row clustering: refused (see the module doc)
-        return _packs(lambda: families.pack(self.source, self.op, knobs, self.width))
+        return _packs(lambda: pipeline.pack(self.source, self.op, knobs, self.width))
 
     def _row_block_pairs(self, bc: int) -> int:
         """Distinct (row, column block of ``bc``) pairs of S (canonical: sorted columns)."""

@@ -19,8 +19,8 @@ import scipy.sparse as sp
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
-from cognate.targets.cpu import families, price
-from cognate.targets.cpu.call import BoundKernel, check_operands
+from cognate.targets.cpu import families, pipeline, price
+from cognate.targets.cpu.call import check_operands
 from cognate.targets.cpu.operands import (
     check_disjoint,
     check_live_tensor,
@@ -107,7 +107,7 @@ class TunedKernel:
         price.check_room(
             matrix, f"packing A for a {family} {op} kernel of width {self.width}", needed
         )
-        self.call: BoundKernel = families.prepare(matrix, op, knobs, arrays)
+        self.call = pipeline.prepare(matrix, op, knobs, arrays)
         rows, cols = matrix.shape
         self._shapes = (
             ((cols, self.width),) if op == "spmm" else ((rows, self.width), (cols, self.width))
@@ -120,7 +120,8 @@ class TunedKernel:
         csr = matrix.csr
         self._indptr, self._indices = _read_only(csr.indptr), _read_only(csr.indices)
         self._torch_index: tuple[Any, Any] | None = None
-        self._argv = self.call.argv_call()
+        self._argv = self.call.argv
+        self._kernel_run = self.call.run  # the pipeline's call, as the worker and verify time it
         self._lock = self._argv.lock
         # The arrays whose addresses the argument vector holds (kept alive by this reference).
         self._bound: tuple[Any, ...] | None = None
@@ -135,7 +136,7 @@ class TunedKernel:
             b = operands[0]
             if type(b) is np.ndarray:
                 if self._repeat(b, out):  # SpMM into the same arrays as last call
-                    self._argv.run()
+                    self._kernel_run()
                     return out
             elif (self._torch_last is not None and b is self._torch_last[0]) or is_torch(b):
                 done = self._torch_spmm(b, out)
@@ -253,14 +254,12 @@ class TunedKernel:
             check_disjoint(extents[:-1], extents[-1], self.op)
             self._point_at(addresses)
             self._bound, self._torch_last = every, None
-        self._argv.run()
+        self._kernel_run()
 
     def _point_at(self, addresses: list[int]) -> None:
         """The dense operands' and the output's addresses into the argument vector (every
         kernel signature ends with them)."""
-        first = self.call._pointers - len(addresses)
-        for index, address in enumerate(addresses):
-            self._argv.set_pointer(first + index, address)
+        self.call.point_at(addresses)
 
     def _torch_spmm(self, b: Any, out: Any) -> Any:
         """SpMM on float32 contiguous cpu tensors without a numpy view (``data_ptr`` costs
@@ -281,7 +280,7 @@ class TunedKernel:
             and b.untyped_storage().nbytes() >= b.storage_offset() * 4 + last[4]
             and out.untyped_storage().nbytes() >= out.storage_offset() * 4 + last[5]
         ):
-            self._argv.run()
+            self._kernel_run()
             return out
         torch = _torch()
         if not _plain_tensor(b, torch, self._shapes[0]):
@@ -302,7 +301,7 @@ class TunedKernel:
             extents[0][1] - extents[0][0],
             extents[1][1] - extents[1][0],
         )
-        self._argv.run()
+        self._kernel_run()
         return out
 
     @staticmethod

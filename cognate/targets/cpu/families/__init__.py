@@ -10,9 +10,8 @@ is a module here (csr.py, dia.py, bcsr.py, reordered.py, panel.py) with three fu
 - ``bind(lib_path, packed, knobs, operands)``: the compiled kernel bound to packed A, the dense
   operands and an output buffer (a ``BoundKernel``, call.py).
 
-Everything that turns (matrix, config, width) into a callable kernel goes through the
-functions below (``prepare`` for all three steps): the runner and its worker, ``tune
---verify``, ``TunedKernel`` / ``cognate.torch`` and the benchmark scripts.
+Only the kernel pipeline (cpu/pipeline.py) calls the three: it turns (matrix, config, width)
+into the one callable every user of a cpu kernel gets.
 """
 
 from __future__ import annotations
@@ -28,7 +27,7 @@ import numpy as np
 
 from cognate.build import compile_c
 from cognate.errors import CognateError
-from cognate.targets.cpu.call import BoundKernel, check_operands
+from cognate.targets.cpu.call import BoundKernel
 from cognate.targets.cpu.families.base import (
     PackSource,
     TooLarge,
@@ -53,7 +52,6 @@ __all__ = [
     "module_of",
     "pack",
     "pack_source",
-    "prepare",
     "size_limit",
     "view_of",
 ]
@@ -115,24 +113,8 @@ def _compile(source: str) -> Path:
 
 
 def bind(
-    packed: Any,
-    knobs: Mapping[str, Any],
-    operands: tuple[np.ndarray, ...],
-    lib_path: str | Path | None = None,
+    packed: Any, knobs: Mapping[str, Any], operands: tuple[np.ndarray, ...], lib_path: str | Path
 ) -> BoundKernel:
-    """The kernel of ``knobs`` bound to ``packed`` A and the dense ``operands``; compiled here
-    unless the caller compiled it already (``lib_path``: the runner compiles in its driver)."""
-    family = family_of(knobs)
-    if lib_path is None:
-        width = check_operands(packed.structure.op, packed.shape, operands)
-        lib_path = build(packed.structure.op, knobs, width)
-    return module_of(family).bind(str(lib_path), packed, knobs, operands)
-
-
-def prepare(
-    matrix: Any, op: str, knobs: Mapping[str, Any], operands: tuple[np.ndarray, ...]
-) -> BoundKernel:
-    """Pack A, compile and bind: the callable kernel of one config at the operands' width."""
-    source = pack_source(matrix)
-    width = check_operands(op, source.shape, operands)
-    return bind(pack(source, op, knobs, width), knobs, operands)
+    """The compiled kernel ``lib_path`` of ``knobs`` bound to ``packed`` A and the dense
+    ``operands``."""
+    return module_of(family_of(knobs)).bind(str(lib_path), packed, knobs, operands)

@@ -63,57 +63,27 @@ def _inputs(job: dict[str, Any]) -> tuple[Any, Any, tuple[np.ndarray, ...]]:
     return matrix, source, operands
 
 
-class LastPack:
-    """The packed A of the last config, reused by a next config of the same layout: vector
-    width / register tile and schedule variants of a plain CSR config differ in the kernel
-    only (one pack of 10^8 nonzeros takes tens of seconds)."""
-
-    def __init__(self) -> None:
-        self.key: tuple | None = None
-        self.packed: Any = None
-
-    @staticmethod
-    def layout_key(knobs: dict) -> tuple:
-        from cognate.targets.cpu.codegen import SCHEDULE_KNOBS, VECTOR_KNOBS
-
-        kernel_only = {**VECTOR_KNOBS, **SCHEDULE_KNOBS}
-        return tuple(sorted((k, str(v)) for k, v in knobs.items() if k not in kernel_only))
-
-    def pack(self, source: Any, op: str, knobs: dict, width: int) -> Any:
-        from cognate.targets.cpu import families
-
-        key = self.layout_key(knobs)
-        if key != self.key:
-            self.key, self.packed = None, None  # the previous layout goes first
-            self.packed, self.key = families.pack(source, op, knobs, width), key
-        return self.packed
-
-
 def _prepare_config(
     job: dict[str, Any],
     source: Any,
     operands: tuple,
     ref: Any,
     knobs: dict,
-    packs: LastPack | None = None,
+    packs: Any = None,
 ) -> tuple[Callable[[], Any] | None, dict[str, Any], float]:
     """Pack (or take ``packs``' packed A of the same layout), compile, run once and check one
     config: (its call or None, its outcome entry, the first run's seconds)."""
     from cognate.runner import ERROR_CHARS
-    from cognate.targets.cpu import families
+    from cognate.targets.cpu import pipeline
     from cognate.util import one_line
 
     try:
-        if packs is None:
-            call = families.prepare(source, job["op"], knobs, operands)
-        else:
-            packed = packs.pack(source, job["op"], knobs, int(job["width"]))
-            call = families.bind(packed, knobs, operands)
+        call = pipeline.prepare(source, job["op"], knobs, operands, packs=packs)
         start = time.perf_counter()
         call()
         first_s = time.perf_counter() - start
         problem = ref.check(call.result())
-    except families.TooLarge as exc:
+    except pipeline.TooLarge as exc:
         return None, {"status": "too_large", "error": one_line(exc, ERROR_CHARS)}, 0.0
     except Exception as exc:  # noqa: BLE001 - one bad config is a record, not a crash
         return None, {"status": "error", "error": one_line(exc, ERROR_CHARS)}, 0.0
@@ -123,7 +93,7 @@ def _prepare_config(
     if first_s > limit:  # the cpu runner's per-run limit
         why = f"one run took {first_s:.3g} s, over the {limit:g} s limit"
         return None, {"status": "timeout", "error": why}, first_s
-    return call.argv_call(), {"status": "ok"}, first_s  # called as TunedKernel calls it
+    return call, {"status": "ok"}, first_s  # the pipeline's call, as result.kernel's
 
 
 def _prepare_library(lib: Any, ref: Any) -> tuple[Callable[[], Any] | None, str | None]:
@@ -279,6 +249,7 @@ def _run_one_at_a_time(
     calls for at least LEAD_IN_S, then ``rounds`` timed blocks), and released before the
     next: one packed A and one output held at a time. Calls of over ``SLOW_CALL_S`` get
     ``SLOW_ROUNDS`` rounds (the spread is reported with every median); no re-measure."""
+    from cognate.targets.cpu import pipeline
     from cognate.targets.cpu.measure.check import reference_for
     from cognate.targets.cpu.measure.library import LIBRARY_ERRORS, library_makers
 
@@ -290,9 +261,9 @@ def _run_one_at_a_time(
     policy = wait_policy()
     with timing_lock(on_wait=_waiting):
         outcome["load"] = _load(job, policy)
-        packs = LastPack()
+        packs = pipeline.Packs()
         # Configs of one layout next to each other: each layout packed once.
-        entries = sorted(job["configs"], key=lambda e: LastPack.layout_key(e["knobs"]))
+        entries = sorted(job["configs"], key=lambda e: pipeline.layout_key(e["knobs"]))
         tick = _ticker(job, "verify: checked and timed one at a time", len(entries))
         for done, entry in enumerate(entries):
             tick(done)

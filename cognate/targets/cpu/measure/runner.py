@@ -23,7 +23,7 @@ from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.runner import ERROR_CHARS, Measurement, Runner
-from cognate.targets.cpu import families
+from cognate.targets.cpu import pipeline
 from cognate.util import one_line
 
 # --- the driver side ------------------------------------------------------------------------
@@ -149,7 +149,7 @@ class CpuRunner(Runner):
         """Compile (or find cached) the kernel of ``config`` specialised to ``width``; return
         its path and counters."""
         start = time.perf_counter()
-        path = families.build(op, config.knobs, width)
+        path = pipeline.build(op, config.knobs, width)
         return str(path), {"compile_s": time.perf_counter() - start}
 
     def close(self) -> None:

@@ -33,7 +33,7 @@ from cognate import util
 from cognate.lifetime import die_with_parent
 from cognate.runner import ERROR_CHARS
 from cognate.stats import timing_spread
-from cognate.targets.cpu import families
+from cognate.targets.cpu import families, pipeline
 from cognate.targets.cpu.measure.check import OPERAND_SEED, dense_operands, reference_for
 from cognate.targets.cpu.price import measured_kernel_bytes, operand_bytes
 
@@ -75,15 +75,16 @@ def plan_samples(job: dict[str, Any], first_s: float) -> tuple[int, int, int]:
 def _run_job(conn: Connection, state: _MatrixState, job: dict[str, Any]) -> None:
     start = time.perf_counter()
     try:
-        packed = families.pack(state.source, state.op, job["knobs"], state.width)
-    except families.TooLarge as exc:
+        packed = pipeline.pack(state.source, state.op, job["knobs"], state.width)
+    except pipeline.TooLarge as exc:
         conn.send(("too_large", str(exc)))
         return
     counters: dict[str, Any] = {
         "pack_s": time.perf_counter() - start,
         "stored_entries": packed.stored_entries,
     }
-    call = families.bind(packed, job["knobs"], state.operands, job["lib_path"])
+    # The pipeline's call: the argument-vector call verify and result.kernel time too.
+    call = pipeline.bind(packed, job["knobs"], state.operands, job["lib_path"])
     conn.send(("packed", counters))
     start = time.perf_counter()
     call()
