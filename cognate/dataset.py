@@ -14,7 +14,6 @@ corpus file that is missing is regenerated from its recipe when a record is read
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ import pandas as pd
 
 from cognate.errors import CognateError
 from cognate.paths import corpus_dir, shared_dir
+from cognate.store.frames import is_missing
 
 _PREFIXES = {"shared:": shared_dir, "corpus:": corpus_dir}
 COMPRESSION = {"compression": "zstd", "compression_level": 19}
@@ -113,7 +113,7 @@ def write_dataset(
     ``repeats`` (``Store.repeats()``): written beside the records they repeat, so the label
     noise of a data set can be measured again after an import.
     """
-    from cognate.store import _write_frame  # atomic write beside the destination
+    from cognate.store import write_frame  # atomic write beside the destination
 
     folder.mkdir(parents=True, exist_ok=True)
     written = {}
@@ -123,7 +123,7 @@ def write_dataset(
         if repeats is not None:
             part = with_repeats(part, repeats)
         part = dataset_frame(part, counters=target not in drop_counters)
-        _write_frame(part, folder / name, ".parquet", COMPRESSION)
+        write_frame(part, folder / name, ".parquet", COMPRESSION)
         written[name] = len(part)
     return written
 
@@ -198,9 +198,9 @@ def check_rows(frame: pd.DataFrame, file: Path) -> None:
     canonical JSON object of scalars and lists whose hash is its ``config_hash``, counters
     JSON objects. Raises ``CognateError`` naming the file and the first bad row (counted
     from 1)."""
-    from cognate.store import _IMPORT_COLUMNS  # the columns an import reads
+    from cognate.store import IMPORT_COLUMNS  # the columns an import reads
 
-    missing = [c for c in _IMPORT_COLUMNS if c not in frame.columns]
+    missing = [c for c in IMPORT_COLUMNS if c not in frame.columns]
     if missing:
         raise CognateError(f"{file}: not a record data set: lacks column(s) {', '.join(missing)}")
     for problem, bad in _row_problems(frame):
@@ -310,7 +310,7 @@ def _store_column_problems(
     """The store's other columns, where a data set has them, typed as the collector writes
     them: attempts an integer >= 1, noisy a flag, the load readings numbers >= 0, error
     text."""
-    from cognate.store import _LOAD_COLUMNS
+    from cognate.store import LOAD_COLUMNS
 
     if "attempts" in frame:
         bad = _optional_integer(frame, "attempts", 1, MAX_ATTEMPTS)
@@ -318,9 +318,9 @@ def _store_column_problems(
     if "noisy" in frame:
         yield (
             (lambda row: f"{value('noisy')(row)} is not empty, true or false"),
-            ~frame["noisy"].map(lambda v: _is_missing(v) or _is_flag(v)),
+            ~frame["noisy"].map(lambda v: is_missing(v) or _is_flag(v)),
         )
-    for column in _LOAD_COLUMNS:
+    for column in LOAD_COLUMNS:
         if column in frame:
             yield (
                 (lambda row, c=column: f"{value(c)(row)} is not empty or a number >= 0"),
@@ -329,7 +329,7 @@ def _store_column_problems(
     if "isa" in frame:
         yield (
             (lambda row: f"{value('isa')(row)} is not empty or an ISA name"),
-            ~frame["isa"].map(lambda v: _is_missing(v) or _is_isa_name(v)),
+            ~frame["isa"].map(lambda v: is_missing(v) or _is_isa_name(v)),
         )
     if "vector_bits" in frame:
         bad = _optional_integer(frame, "vector_bits", 1, MAX_VECTOR_BITS)
@@ -337,7 +337,7 @@ def _store_column_problems(
     if "error" in frame:
         yield (
             (lambda row: f"{value('error')(row)} is not empty or text"),
-            ~frame["error"].map(lambda v: _is_missing(v) or isinstance(v, str)),
+            ~frame["error"].map(lambda v: is_missing(v) or isinstance(v, str)),
         )
 
 
@@ -393,12 +393,12 @@ def _repeat_problems(
     if "repeat_noisy" in frame:
         yield (
             (lambda row: f"{value('repeat_noisy')(row)} is not empty, true or false"),
-            ~frame["repeat_noisy"].map(lambda v: _is_missing(v) or _is_flag(v)),
+            ~frame["repeat_noisy"].map(lambda v: is_missing(v) or _is_flag(v)),
         )
 
 
 def _is_time_like(value: Any) -> bool:
-    return isinstance(value, (str, pd.Timestamp, np.datetime64)) or _is_missing(value)
+    return isinstance(value, (str, pd.Timestamp, np.datetime64)) or is_missing(value)
 
 
 def current_configs(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
@@ -460,7 +460,7 @@ def _json_problems(frame: pd.DataFrame) -> Iterator[tuple[Callable[[int], str], 
     yield (lambda row: problems.iloc[row]), problems.ne("")
     if "counters" in frame:
         counters = frame["counters"]
-        bad = counters.map(lambda v: not (_is_missing(v) or _is_json_object(v)))
+        bad = counters.map(lambda v: not (is_missing(v) or _is_json_object(v)))
         yield (lambda row: "counters is not a JSON object"), bad
 
 
@@ -507,15 +507,6 @@ def _is_isa_name(value: Any) -> bool:
 
 def _is_text(value: Any) -> bool:
     return isinstance(value, str) and bool(value)
-
-
-def _is_missing(value: Any) -> bool:
-    return (
-        value is None
-        or value is pd.NA
-        or value is pd.NaT
-        or (isinstance(value, (float, np.floating)) and math.isnan(value))
-    )
 
 
 def _is_json_object(value: Any) -> bool:

@@ -19,7 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from cognate.dataset import COMPRESSION
-from cognate.store import _write_frame, upgrade_frame
+from cognate.store import upgrade_frame, write_frame
 
 
 def upgrade_file(path: Path) -> bool:
@@ -28,7 +28,7 @@ def upgrade_file(path: Path) -> bool:
     upgraded = upgrade_frame(frame)
     if upgraded is frame:
         return False
-    _write_frame(upgraded, path, ".parquet", COMPRESSION)
+    write_frame(upgraded, path, ".parquet", COMPRESSION)
     return True
 
 

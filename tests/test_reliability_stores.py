@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import scipy.io
 
-from cognate import store as store_module
+from cognate.store import schema as store_module
 from cognate.cli import run
 from cognate.config import Config
 from cognate.errors import CognateError
@@ -123,11 +123,11 @@ def test_a_value_of_the_wrong_type_names_its_record(tmp_path, west, capsys, colu
 
 def _v2_store(path: Path, west: Matrix, counters: str) -> None:
     conn = sqlite3.connect(path)
-    for statement in filter(str.strip, store_module._SCHEMA.split(";")):
+    for statement in filter(str.strip, store_module.SCHEMA_SQL.split(";")):
         conn.execute(statement)
-    for name, kind in store_module._V2_COLUMNS:
+    for name, kind in store_module.V2_COLUMNS:
         conn.execute(f"ALTER TABLE measurements ADD COLUMN {name} {kind}")
-    conn.execute(store_module._V2_REPEATS)
+    conn.execute(store_module.V2_REPEATS)
     conn.execute("INSERT INTO meta VALUES ('schema_version', '2')")
     rows, cols = west.shape
     conn.execute(

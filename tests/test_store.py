@@ -323,10 +323,10 @@ def _spade_configs(n: int) -> list[Config]:
 def _v1_store(path: Path, west: Matrix) -> None:
     """A store as schema 1 wrote it: spade records under two hostnames (a container that
     restarted) and cpu records under one."""
-    from cognate import store as store_module
+    from cognate.store import schema as store_module
 
     conn = sqlite3.connect(path)
-    for statement in filter(str.strip, store_module._SCHEMA.split(";")):
+    for statement in filter(str.strip, store_module.SCHEMA_SQL.split(";")):
         conn.execute(statement)
     conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
     rows, cols = west.shape

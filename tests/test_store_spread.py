@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from cognate import store as store_module
+from cognate.store import schema as store_module
 from cognate.cli import main
 from cognate.stats import timing_spread
 from cognate.store import SCHEMA_VERSION, Store
@@ -53,11 +53,11 @@ def _old_export() -> pd.DataFrame:
 def _v2_store(path: Path, frame: pd.DataFrame) -> None:
     """``frame`` written by plain SQL into a store of schema 2, repeats included."""
     conn = sqlite3.connect(path)
-    for statement in filter(str.strip, store_module._SCHEMA.split(";")):
+    for statement in filter(str.strip, store_module.SCHEMA_SQL.split(";")):
         conn.execute(statement)
-    for name, kind in store_module._V2_COLUMNS:
+    for name, kind in store_module.V2_COLUMNS:
         conn.execute(f"ALTER TABLE measurements ADD COLUMN {name} {kind}")
-    conn.execute(store_module._V2_REPEATS)
+    conn.execute(store_module.V2_REPEATS)
     conn.execute("INSERT INTO meta VALUES ('schema_version', '2')")
     for row in frame.drop_duplicates("matrix_sha256").itertuples():
         conn.execute(
