@@ -92,7 +92,7 @@ def test_the_tour_reads_only_files_it_makes_or_the_repository_holds() -> None:
 
 @pytest.mark.slow
 def test_the_readme_tour_runs(tmp_path: Path) -> None:
-    """The whole tour, as a new user runs it (about 15 minutes on 2 busy cores)."""
+    """The whole tour, as a new user runs it (4.5 minutes on 2 busy cores)."""
     done = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "check_readme_tour.py"), "--timeout", "1500"],
         capture_output=True,
