@@ -25,7 +25,15 @@ from cognate.space import Space
 
 OPS: tuple[str, ...] = ("spmm", "sddmm")
 # The targets that ship with cognate (a package each under cognate/targets/).
-KNOWN_TARGETS: tuple[str, ...] = ("cpu", "spade", "gpu", "spade-inverted", "spade-calibrated")
+# Built-in target -> the package defining it (a package's ``TARGETS`` holds its variants).
+BUILT_IN: dict[str, str] = {
+    "cpu": "cpu",
+    "spade": "spade",
+    "gpu": "gpu",
+    "spade-inverted": "spade",
+    "spade-calibrated": "spade",
+}
+KNOWN_TARGETS: tuple[str, ...] = tuple(BUILT_IN)
 
 
 @dataclass
@@ -220,5 +228,5 @@ def get_target(name: str) -> Target:
         return _REGISTRY[name]
     if name not in KNOWN_TARGETS:
         raise CognateError(f"unknown target {name!r}; expected one of {', '.join(target_names())}")
-    module = importlib.import_module(f"cognate.targets.{name.replace('-', '_')}")
-    return _REGISTRY.setdefault(name, module.TARGET)
+    module = importlib.import_module(f"cognate.targets.{BUILT_IN[name]}")
+    return _REGISTRY.setdefault(name, getattr(module, "TARGETS", {}).get(name, module.TARGET))

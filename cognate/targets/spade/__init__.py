@@ -7,6 +7,7 @@ Simulations are deterministic and CPU-bound, so they may share the machine
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,15 +45,14 @@ def simulation_cost(width: int) -> Cost:
     return Cost(32 + row_region_bytes(1, width), 16, 96)
 
 
-def simulated_target(
-    name: str, space: type[SpadeSpace], runner: type[SpadeRunner], description: str
-) -> SpadeTarget:
-    """spade or a variant of it (same knobs, another machine): simulations may share the
-    host and cost what ``simulation_cost`` says."""
+def simulated_target(name: str, description: str) -> SpadeTarget:
+    """spade or a variant of it (the same knobs on another machine: configs/<name>.yaml and
+    configs/<name>-<op>.yaml): simulations may share the host and cost what
+    ``simulation_cost`` says."""
     return SpadeTarget(
         name,
-        make_space=space,
-        make_runner=runner,
+        make_space=functools.partial(SpadeSpace, target=name),
+        make_runner=functools.partial(SpadeRunner, target=name),
         description=description,
         exclusive=False,
         measure_cost=simulation_cost,
@@ -61,9 +61,24 @@ def simulated_target(
 
 TARGET = simulated_target(
     "spade",
-    SpadeSpace,
-    SpadeRunner,
     "simulated SPADE-like accelerator (16 PEs, tag-matched registers, L1/L2/LLC)",
 )
 
-__all__ = ["TARGET", "SpadeRunner", "SpadeSpace", "SpadeTarget", "simulated_target"]
+# spade's variants: its knobs, labels, baseline and mapping on another machine (docs/spade.md).
+# spade-calibrated: the machine checked against HotTiles' SST simulation of SPADE PEs
+#   (configs/spade-hottiles.yaml, scripts/calibrate_spade.py) with its L1 and victim cache
+#   divided by 8, so the record matrices (10^2-10^6 nonzeros) overflow them as the
+#   calibration matrices (10^7-10^8) overflow the full-size ones.
+# spade-inverted: the barrier mechanism swapped (barrier=true runs without one): a
+#   falsification test of the mapper; if transfer helps as much here, the mapping does not
+#   carry it.
+VARIANTS: dict[str, str] = {
+    "spade-calibrated": "spade on the machine calibrated against HotTiles' SPADE PEs (L1 scaled)",
+    "spade-inverted": "spade with the barrier mechanism inverted relative to its mapper (a test)",
+}
+TARGETS: dict[str, SpadeTarget] = {
+    "spade": TARGET,
+    **{name: simulated_target(name, words) for name, words in VARIANTS.items()},
+}
+
+__all__ = ["TARGET", "TARGETS", "VARIANTS", "SpadeRunner", "SpadeSpace", "SpadeTarget"]

@@ -22,16 +22,19 @@ class SpadeRunner(Runner):
     """
 
     target = "spade"
-    space_class: type[SpadeSpace] = SpadeSpace  # a variant target's space, under its name
 
     # Options other runners take; accepted so one collect command line fits every target.
     IGNORED_OPTIONS: tuple[str, ...] = ("timeout_s", "repeats")
 
-    def __init__(self, machine: str | Machine | None = None, **options: object) -> None:
+    def __init__(
+        self, machine: str | Machine | None = None, target: str = "spade", **options: object
+    ) -> None:
         """``machine``: a machine file's name (default: the one the target's spaces name,
-        ``machine:`` in configs/<target>-<op>.yaml). ``timeout_s`` and ``repeats`` are accepted and ignored: a
-        simulation is deterministic, so one run is the measurement. Any other option is a
-        typo."""
+        ``machine:`` in configs/<target>-<op>.yaml). ``target``: spade or a variant of it
+        (its spaces validate the configs). ``timeout_s`` and ``repeats`` are accepted and
+        ignored: a simulation is deterministic, so one run is the measurement. Any other
+        option is a typo."""
+        self.target = target
         unknown = sorted(set(options) - set(self.IGNORED_OPTIONS))
         if unknown:
             known = ", ".join(("machine", *self.IGNORED_OPTIONS))
@@ -39,7 +42,7 @@ class SpadeRunner(Runner):
                 f"target {self.target}: runner does not take these options ({', '.join(unknown)}); "
                 f"it takes {known}"
             )
-        self._spaces: dict[str, SpadeSpace] = {op: self.space_class(op) for op in OPS}
+        self._spaces: dict[str, SpadeSpace] = {op: SpadeSpace(op, target) for op in OPS}
         machine = self._spaces_machine() if machine is None else machine
         self.machine = load_machine(machine) if isinstance(machine, str) else machine
         self._tilings: dict[tuple[int, int | None], Tiling] = {}  # this batch's, by (rp, cp)
@@ -55,7 +58,7 @@ class SpadeRunner(Runner):
 
     def _space(self, op: str) -> SpadeSpace:
         if op not in self._spaces:  # an op the target has no space for: the space says so
-            self._spaces[op] = self.space_class(op)
+            self._spaces[op] = SpadeSpace(op, self.target)
         return self._spaces[op]
 
     def begin_batch(self, matrix: Matrix, op: str, width: int) -> None:

@@ -33,12 +33,13 @@ SCHEDS: tuple[str, ...] = ("static", "dynamic")
 
 
 class SpadeSpace(Space):
-    """The 448-config spade space of one op (``configs/<target>-<op>.yaml``)."""
+    """The 448-config spade space of one op (``configs/<target>-<op>.yaml``); ``target``: a
+    variant's name (its own YAML, the same knobs)."""
 
     target = "spade"
 
-    def __init__(self, op: str) -> None:
-        self.op = op
+    def __init__(self, op: str, target: str = "spade") -> None:
+        self.op, self.target = op, target
         self.name = f"{self.target}-{op}"
         data, self.version = load_space_yaml(self.name)
         where = f"configs/{self.name}.yaml"
