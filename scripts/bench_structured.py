@@ -1,12 +1,17 @@
-"""Benchmark structured-sparse NN layers: tuned schedule vs MKL CSR vs dense matmul.
+"""Benchmark structured-sparse NN layers: tuned schedule vs MKL-IE vs dense matmul.
 
 Workloads (cognate.synth, docs/architecture.md, Structured sparsity): k-diagonal, block and N:M masks of the layer
 shapes 768x768, 768x3072, 3072x768, 4096x4096, and the k-diagonal ones with random row and
 column permutations (carried as index maps). For each matrix and B width, in ONE process:
-dense ``torch.mm`` on the dense weight, MKL CSR (``sparse_dot_mkl``), the cpu space's
-baseline config and the tuned schedule, all on ``--threads`` threads (torch, MKL and OpenMP
-set alike before they load). Each result is checked against a float64 scipy reference before
-it is timed; timings are medians of interleaved rounds (the machine is shared and noisy).
+MKL's inspector-executor SpMM (``library.mkl_spmm_call``: handle created, hinted and
+optimized once, then ``mkl_sparse_s_mm`` into a preallocated C), the cpu space's baseline
+config (plain CSR), the fastest of the ``--dia`` configs (the DIA family, rtile x jtile), the
+tuned schedule, and dense ``torch.mm`` on the dense weight as an extra column, all on
+``--threads`` threads (torch, MKL and OpenMP set alike before they load). Each result is
+checked against a float64 scipy reference before it is timed; timings are medians of
+interleaved rounds (the machine is shared and noisy). The table names MKL's code path
+(``library.mkl_code_path``: on AMD MKL runs its generic ``def`` path unless
+``COGNATE_MKL_INTEL_PATH=1`` is set in the environment, which makes it take its Intel one).
 
 The tuned schedule comes from ``cognate.tune(matrix, target="cpu", op="spmm", width=W,
 top_k=5, verify=True)``. If no model fits the current cpu space (a space change needs a
@@ -19,6 +24,7 @@ and torch write into preallocated outputs too).
                                                              # + permuted kdiag at 90%
     python scripts/bench_structured.py --shapes 768x768 --kinds kdiag --widths 128
     python scripts/bench_structured.py --full                # every sparsity 60..99%
+    COGNATE_MKL_INTEL_PATH=1 python scripts/bench_structured.py ...  # MKL's Intel code path
 """
 
 from __future__ import annotations
@@ -34,10 +40,6 @@ from cognate.timing import early_threads, time_interleaved
 # --threads N (default 2) reaches OpenMP, MKL and torch before they load.
 THREADS = early_threads(sys.argv, default=2) or 2
 
-from cognate.targets.cpu.measure.library import export_mkl_rt_env  # noqa: E402
-
-export_mkl_rt_env()  # sparse_dot_mkl finds MKL through $MKL_RT
-
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
@@ -47,6 +49,7 @@ from cognate.config import Config  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.synth import LAYER_SHAPES, LAYER_SPARSITIES, STRUCTURED_KINDS, generate  # noqa: E402
+from cognate.targets.cpu.measure import library  # noqa: E402
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
 from cognate.targets.cpu.measure.runner import CpuRunner  # noqa: E402
 from cognate.targets.cpu.run import prepare_kernel  # noqa: E402
@@ -79,8 +82,9 @@ class Row:
     workload: Workload
     nnz: int
     width: int
-    times: dict[str, float]
+    times: dict[str, float]  # dense, mkl, base, dia (the fastest --dia config), tuned
     config: dict
+    dia: str  # the fastest DIA config, rtile x jtile
     search: str
     rounds: int
     notes: list[str] = field(default_factory=list)
@@ -145,9 +149,12 @@ class Searcher:
         return ok[int(min(times, key=times.get))].config
 
 
-def bench(matrix: Matrix, workload: Workload, width: int, searcher: Searcher, args) -> Row:
-    from sparse_dot_mkl import dot_product_mkl
+def dia_knobs(text: str) -> dict:
+    rtile, jtile = (int(v) for v in text.lower().split("x"))
+    return {"family": "dia", "rtile": rtile, "jtile": jtile, "chunk": 4}
 
+
+def bench(matrix: Matrix, workload: Workload, width: int, searcher: Searcher, args) -> Row:
     csr = matrix.csr
     (b,) = dense_operands("spmm", matrix.shape, width, seed=0)
     ref, tol = reference(csr, "spmm", (b,))
@@ -157,26 +164,35 @@ def bench(matrix: Matrix, workload: Workload, width: int, searcher: Searcher, ar
     tuned = prepare_kernel(matrix, "spmm", config, b)
     dense_w, dense_b = torch.from_numpy(csr.toarray()), torch.from_numpy(b)
     dense_out = torch.empty((csr.shape[0], width), dtype=torch.float32)
-    mkl_out = np.zeros((csr.shape[0], width), dtype=np.float32)  # preallocated, as ours is
+    mkl = library.mkl_spmm_call(csr, b, threads=THREADS)  # the handle built once, here
     impls: dict[str, Callable[[], object]] = {
         "dense": lambda: torch.mm(dense_w, dense_b, out=dense_out),
-        "mkl": lambda: dot_product_mkl(csr, b, out=mkl_out),
+        "mkl": mkl.run,
         "base": baseline,
         "tuned": tuned,
     }
+    for text in args.dia:
+        try:
+            impls[f"dia {text}"] = prepare_kernel(matrix, "spmm", dia_knobs(text), b)
+        except CognateError as exc:  # e.g. too_large on a matrix without diagonals
+            console.print(f"{workload.label}: DIA {text}: {exc}", markup=False)
+    results = {"dense": lambda: dense_out.numpy(), "mkl": mkl.result}
     for name, fn in impls.items():  # every result checked before a timing counts
-        mkl_out[:] = 0  # with out=, MKL accumulates (C += A @ B): timed calls do the same work
         fn()
-        result = {"dense": dense_out.numpy(), "mkl": mkl_out}.get(name)
-        result = result if result is not None else fn.result()
+        result = results[name]() if name in results else fn.result()
         problem = mismatch(result, ref, tol)
         if problem is not None:
             raise SystemExit(f"{workload.label} N={width}: {name}: {problem}")
     timed = time_interleaved(impls, args.rounds, budget_s=ROUND_BUDGET_S, threads=THREADS)
     notes = [timed.load.line()] if timed.load.busy else []
+    times = {k: v for k, v in timed.seconds.items() if not k.startswith("dia ")}
+    dias = {k[4:]: v for k, v in timed.seconds.items() if k.startswith("dia ")}
+    best = min(dias, key=dias.get) if dias else "-"
+    times["dia"] = dias[best] if dias else float("nan")
     return Row(
-        workload, matrix.nnz, width, timed.seconds, dict(config.knobs), search, timed.rounds, notes
-    )
+        workload, matrix.nnz, width, times, dict(config.knobs), best, search, timed.rounds,
+        notes,
+    )  # fmt: skip
 
 
 def workloads(args: argparse.Namespace) -> list[Workload]:
@@ -202,11 +218,16 @@ def config_text(config: dict) -> str:
 
 def table(rows: list[Row]) -> Table:
     tuned_by_key = {(r.workload, r.width): r.times["tuned"] for r in rows}
-    out = Table(title=f"SpMM on structured layers, {THREADS} threads, medians (ms)")
-    for name in ("workload", "nnz", "N", "dense", "MKL", "base", "tuned"):
+    title = (
+        f"SpMM on structured layers, {THREADS} threads, medians (ms); MKL = mkl-ie, its"
+        f" {library.mkl_code_path()} code path"
+    )
+    out = Table(title=title)
+    for name in ("workload", "nnz", "N", "MKL", "base", "DIA", "tuned", "dense"):
         out.add_column(name, justify="left" if name == "workload" else "right")
-    for name in ("tuned vs MKL", "tuned vs dense", "base vs MKL", "perm keeps"):
+    for name in ("tuned vs MKL", "DIA vs MKL", "DIA vs base", "base vs MKL", "perm keeps"):
         out.add_column(name, justify="right")
+    out.add_column("DIA rtile x jtile")
     out.add_column("search")
     out.add_column("tuned config")
     for r in rows:
@@ -218,11 +239,13 @@ def table(rows: list[Row]) -> Table:
             r.workload.label,
             str(r.nnz),
             str(r.width),
-            *(f"{t[k] * 1e3:.3f}" for k in ("dense", "mkl", "base", "tuned")),
+            *(f"{t[k] * 1e3:.3f}" for k in ("mkl", "base", "dia", "tuned", "dense")),
             f"{t['mkl'] / t['tuned']:.2f}x",
-            f"{t['dense'] / t['tuned']:.2f}x",
+            f"{t['mkl'] / t['dia']:.2f}x",
+            f"{t['base'] / t['dia']:.2f}x",
             f"{t['mkl'] / t['base']:.2f}x",
             keep,
+            r.dia,
             r.search,
             config_text(r.config),
         )
@@ -250,6 +273,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--permuted-kinds", nargs="*", choices=STRUCTURED_KINDS, default=["kdiag"])
     parser.add_argument("--widths", type=int, nargs="+", default=[128, 512])
     parser.add_argument("--block", type=int, default=16, help="block masks: block size")
+    parser.add_argument(
+        "--dia",
+        nargs="*",
+        default=["2x64", "4x64", "8x32"],
+        help="DIA configs timed beside the others (rtile x jtile; the fastest is reported)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="threads for every library")
     parser.add_argument("--rounds", type=int, default=15, help="interleaved timing rounds (max)")
     parser.add_argument("--top-k", type=int, default=5)
@@ -273,8 +302,10 @@ def main() -> None:
             t = row.times
             console.print(
                 f"{workload.label} N={width}: dense {t['dense'] * 1e3:.3f} mkl "
-                f"{t['mkl'] * 1e3:.3f} base {t['base'] * 1e3:.3f} tuned {t['tuned'] * 1e3:.3f} ms"
-                f" ({row.rounds} rounds, {row.search}: {config_text(row.config)})"
+                f"{t['mkl'] * 1e3:.3f} base {t['base'] * 1e3:.3f} dia {t['dia'] * 1e3:.3f}"
+                f" ({row.dia}) tuned {t['tuned'] * 1e3:.3f} ms"
+                f" ({row.rounds} rounds, mkl-ie {library.mkl_code_path()} path,"
+                f" {row.search}: {config_text(row.config)})"
                 + "".join(f" [{note}]" for note in row.notes),
                 markup=False,
             )

@@ -67,13 +67,18 @@ def test_permuted_workload_is_the_unpermuted_one_behind_index_maps(bench):
 def test_tiny_run_end_to_end(tmp_path):
     command = [sys.executable, str(SCRIPT), "--shapes", "96x192", "--kinds", "kdiag"]
     command += ["--widths", "16", "--search", "sample", "--sample", "2", "--rounds", "3"]
-    command += ["--threads", "1"]
+    command += ["--threads", "1", "--dia", "2x16", "8x16"]
     env = {**os.environ, "COGNATE_HOME": str(tmp_path / "home")}
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=240)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     out = result.stdout
     assert "1 threads" in out
-    assert re.search(r"kdiag 96x192 90% N=16: dense [\d.]+ mkl [\d.]+ base [\d.]+ tuned", out)
+    line = (
+        r"kdiag 96x192 90% N=16: dense [\d.]+ mkl [\d.]+ base [\d.]+ dia [\d.]+ \([28]x16\) tuned"
+    )
+    assert re.search(line, out)
+    assert re.search(r"mkl-ie (avx10|avx512|avx2|mc3|def) path", out)  # MKL's code path named
+    assert "MKL = mkl-ie, its" in out and "DIA vs MKL" in out
     perm_row = next(line for line in out.splitlines() if "kdiag 96x192 90% perm │" in line)
     assert re.search(r"│\s+\d+%\s+│", perm_row)  # the permuted row's speed relative to plain
 
