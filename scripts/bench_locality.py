@@ -135,7 +135,7 @@ def kept_calls(
     numbering (B[order]) and C left in it: what a caller pays per call when it keeps its
     operands in the schedule's order across calls (a GNN's features through every layer).
     Not a schedule of the space (the caller's data layout changes): reported apart."""
-    from cognate.targets.cpu.orders import ORDERS
+    from cognate.targets.cpu.row_orders import ORDERS
     from cognate.torch.order import node_order
 
     ref, tol = checked

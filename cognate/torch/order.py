@@ -14,7 +14,7 @@ banded order, so which order wins depends on the matrix: ``choose_node_order`` m
   ``from_order(Y)`` = Y[inverse], ``apply(A)`` = P A P^T (``(P A P^T)[i, j] = A[perm[i],
   perm[j]]``, canonical float32 CSR, the same values);
 - ``node_order(A, by)``: the order of ``by`` in NODE_ORDERS (``identity`` and the orders of
-  cognate.targets.cpu.orders, computed on A's own pattern);
+  cognate.targets.cpu.row_orders, computed on A's own pattern);
 - ``choose_node_order(A, width, ...)``: the candidate whose P A P^T runs the baseline cpu SpMM
   fastest with B already in its order, measured in this process (checked against scipy
   first, interleaved rounds under the timing lock).
@@ -129,13 +129,13 @@ def check_order_name(by: object) -> str:
 def node_order(A: Any, by: str) -> NodeOrder:
     """The node order ``by`` of A's pattern: "identity", "rcm" (reverse Cuthill-McKee of
     A + A^T), "degree" (most entries first) or "cluster" (Jaccard row clusters); see
-    cognate.targets.cpu.orders. A must be square."""
+    cognate.targets.cpu.row_orders. A must be square."""
     by = check_order_name(by)
     csr = _square_csr(A)
     if by == "identity":
         return NodeOrder(torch.arange(csr.shape[0], dtype=torch.int64), by)
     from cognate.targets.cpu.families import view_of
-    from cognate.targets.cpu.orders import row_order
+    from cognate.targets.cpu.row_orders import row_order
 
     order = np.asarray(row_order(view_of(csr), by), dtype=np.int64)
     return NodeOrder(torch.from_numpy(order), by)

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from cognate.synth import generate
-from cognate.targets.cpu.reorder import cache_path
+from cognate.targets.cpu.row_clusters import cache_path
 
 _CLUSTER = """
 import sys
 import numpy as np
 from cognate.synth import generate
-from cognate.targets.cpu.reorder import cached_cluster_rows, cluster_rows
+from cognate.targets.cpu.row_clusters import cached_cluster_rows, cluster_rows
 m = generate("block", 256, 256, sparsity=0.9, block=8, seed=5, permute="rows")
 got = cached_cluster_rows(m.csr, m.sha256, 0.25)
 assert np.array_equal(got, cluster_rows(m.csr, 0.25))

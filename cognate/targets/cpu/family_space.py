@@ -1,4 +1,4 @@
-"""The DIA and reordered-BCSR families in the cpu schedule space (configs/cpu-<op>.yaml).
+"""The kernel families (dia, bcsr, reordered, panel) in the cpu schedule space (configs/cpu-<op>.yaml).
 
 A family config's knobs are ``family`` plus that family's knobs (their value sets are the
 YAML's ``families.<name>.knobs``); a config without ``family`` is the WACO CSR family,

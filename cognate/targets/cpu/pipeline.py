@@ -2,9 +2,10 @@
 
 Every cpu kernel runs through here: collect's worker, ``tune --verify``, ``result.kernel``,
 ``cognate.torch``, the PyG front end and the benchmark scripts. A ``PreparedKernel`` is
-called through one argument vector (fastcall.ArgvCall), so a record, a verify timing and a
+called through one argument vector (call.ArgvCall), so a record, a verify timing and a
 user's call time the same call. The families (families/) supply the three steps; nothing
-else calls them.
+else calls them. The minmax family's ops (PyG's max / min aggregation and its backward) run
+here too: ``operand_width`` checks each family's own operands.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import scipy.sparse as sp
 from cognate.config import Config
 from cognate.matrix import Matrix, canonicalize
 from cognate.targets.cpu import families
-from cognate.targets.cpu.call import BoundKernel, check_operands
+from cognate.targets.cpu.call import BoundKernel
 from cognate.targets.cpu.families.base import TooLarge, pack_source
 
 __all__ = [
@@ -133,7 +134,7 @@ def prepare(
     built it: ``lib_path``) and bind it to the dense ``operands``, read in place."""
     knobs = knobs_of(config)
     source = pack_source(matrix)
-    width = check_operands(op, source.shape, operands)
+    width = families.operand_width(op, knobs, source.shape, operands)
     packed = packs.pack(source, op, knobs, width) if packs else pack(source, op, knobs, width)
     return bind(packed, knobs, operands, lib_path)
 
@@ -149,7 +150,7 @@ def bind(
     knobs = knobs_of(config)
     op = packed.structure.op
     if lib_path is None:
-        lib_path = build(op, knobs, check_operands(op, packed.shape, operands))
+        lib_path = build(op, knobs, families.operand_width(op, knobs, packed.shape, operands))
     return PreparedKernel(families.bind(packed, knobs, operands, lib_path))
 
 

@@ -92,7 +92,7 @@ class TunedKernel:
     and large enough, and ``out`` sharing no memory with an operand.
 
     A call costs about 2 us of Python around the kernel (scripts/bench_call_overhead.py): its
-    arguments live in one vector (``fastcall.ArgvCall``; converting 19 ctypes arguments per
+    arguments live in one vector (``call.ArgvCall``; converting 19 ctypes arguments per
     call cost ~1.1 us, reading addresses through ``ndarray.ctypes`` 3-5 us), and only the
     operands' and output's addresses change in it, when the caller passes other arrays.
     """

@@ -1,7 +1,8 @@
 """The kernel families of the cpu target, one module each, behind one protocol.
 
 A config's ``family`` knob names its family (none: ``csr``, WACO's SuperSchedule). Each family
-is a module here (csr.py, dia.py, bcsr.py, reordered.py, panel.py) with three functions:
+is a module here (csr.py, dia.py, bcsr.py, reordered.py, panel.py, and minmax.py: the (max, x)
+/ (min, x) SpMM of PyG's max / min aggregations, no tuning space) with three functions:
 
 - ``pack(source, op, knobs, width, max_entries=None)``: A (a ``PackSource``) in the config's
   layout; ``TooLarge`` before allocating anything over the size limit;
@@ -9,6 +10,9 @@ is a module here (csr.py, dia.py, bcsr.py, reordered.py, panel.py) with three fu
   specialised to the dense width, every knob checked against its whitelist first;
 - ``bind(lib_path, packed, knobs, operands)``: the compiled kernel bound to packed A, the dense
   operands and an output buffer (a ``BoundKernel``, call.py).
+
+A family whose ops take other operands than SpMM's / SDDMM's (minmax) has its own
+``check_operands``; ``operand_width`` asks it.
 
 Only the kernel pipeline (cpu/pipeline.py) calls the three: it turns (matrix, config, width)
 into the one callable every user of a cpu kernel gets.
@@ -27,7 +31,7 @@ import numpy as np
 
 from cognate.build import compile_c
 from cognate.errors import CognateError
-from cognate.targets.cpu.call import BoundKernel
+from cognate.targets.cpu.call import BoundKernel, check_operands
 from cognate.targets.cpu.families.base import (
     PackSource,
     TooLarge,
@@ -37,7 +41,7 @@ from cognate.targets.cpu.families.base import (
 )
 
 CSR = "csr"
-FAMILIES: tuple[str, ...] = (CSR, "dia", "bcsr", "reordered", "panel")
+FAMILIES: tuple[str, ...] = (CSR, "dia", "bcsr", "reordered", "panel", "minmax")
 
 __all__ = [
     "CSR",
@@ -50,6 +54,7 @@ __all__ = [
     "kernel_of",
     "kernel_source",
     "module_of",
+    "operand_width",
     "pack",
     "pack_source",
     "size_limit",
@@ -70,6 +75,15 @@ def module_of(family: str) -> ModuleType:
     if family not in FAMILIES:
         raise CognateError(f"cpu: no kernel family {family!r}")
     return import_module(f"cognate.targets.cpu.families.{family}")
+
+
+def operand_width(
+    op: str, knobs: Mapping[str, Any], shape: tuple[int, int], operands: tuple[Any, ...]
+) -> int:
+    """The dense width of ``operands`` for ``op`` of ``knobs``' family (checked: one line
+    naming what is wrong); SpMM's and SDDMM's check unless the family has its own."""
+    check = getattr(module_of(family_of(knobs)), "check_operands", check_operands)
+    return check(op, shape, operands)
 
 
 def pack(

@@ -1,6 +1,6 @@
-"""Reordered-BCSR packing, for kernels/cpu/bcsr_<op>.c.
+"""BCSR over clustered rows (rows with similar column sets packed next to each other), for kernels/cpu/bcsr_<op>.c.
 
-S's rows are reordered by ``cognate.targets.cpu.reorder.cached_cluster_rows`` (rows with
+S's rows are reordered by ``cognate.targets.cpu.row_clusters.cached_cluster_rows`` (rows with
 similar column sets, Jaccard similarity blended with diagonal proximity by the ``blend``
 knob, end up adjacent; computed once per matrix and blend, cached on disk), then cut into
 block rows of ``brows`` consecutive reordered rows and ``bcols``-aligned block columns;
@@ -20,7 +20,7 @@ import numpy as np
 from cognate.targets.cpu.families import template
 from cognate.targets.cpu.families.base import TooLarge, size_limit
 from cognate.targets.cpu.families.template import FamilyKernel, FamilyPacked, index_maps
-from cognate.targets.cpu.reorder import cached_cluster_rows
+from cognate.targets.cpu.row_clusters import cached_cluster_rows
 from cognate.targets.cpu.structured import StructuredView
 
 

@@ -1,6 +1,6 @@
 """Reordered-CSR packing: rows run in a chosen order, for kernels/cpu/reordered_<op>.c.
 
-Knobs (all runtime, none reaches C source as text): ``by`` the row order (orders.py:
+Knobs (all runtime, none reaches C source as text): ``by`` the row order (row_orders.py:
 ``rcm``, ``degree``, ``cluster``; computed here in Python), ``symmetric`` (0: only the order
 rows run in changes; 1: rows and columns renumbered alike, A' = P A P^T, square matrices
 only), ``strip`` (dense columns per pass: 32, 128, 1024; for SpMM the columns of C and B,
@@ -46,7 +46,7 @@ from cognate.targets.cpu.families import template
 from cognate.targets.cpu.families.base import TooLarge, size_limit
 from cognate.targets.cpu.families.template import FamilyKernel, FamilyPacked
 from cognate.targets.cpu.knobs import choice_knob
-from cognate.targets.cpu.orders import ORDERS, check_by, row_order
+from cognate.targets.cpu.row_orders import ORDERS, check_by, row_order
 from cognate.targets.cpu.structured import StructuredView
 
 STRIPS: tuple[int, ...] = (32, 128, 1024)

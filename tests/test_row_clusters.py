@@ -11,8 +11,8 @@ import scipy.sparse as sp
 from cognate.errors import CognateError
 from cognate.formats.read import load_matrix
 from cognate.synth import generate
-from cognate.targets.cpu import reorder
-from cognate.targets.cpu.reorder import cache_path, cached_cluster_rows, cluster_rows
+from cognate.targets.cpu import row_clusters
+from cognate.targets.cpu.row_clusters import cache_path, cached_cluster_rows, cluster_rows
 
 
 def nonempty_blocks(csr: sp.csr_matrix, r: int = 8, c: int = 8) -> int:
@@ -118,7 +118,7 @@ def test_cache_hit_and_corrupt_file_recomputed(monkeypatch):
         raise AssertionError("recomputed despite a valid cache file")
 
     with monkeypatch.context() as patch:  # (undo() would also drop the isolated COGNATE_HOME)
-        patch.setattr(reorder, "cluster_rows", refuse)
+        patch.setattr(row_clusters, "cluster_rows", refuse)
         assert np.array_equal(cached_cluster_rows(matrix.csr, matrix.sha256, 0.25), fresh)
 
     corrupt = fresh.copy()

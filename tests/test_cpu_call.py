@@ -1,4 +1,4 @@
-"""The one-vector kernel call (cognate/targets/cpu/fastcall.py) and the user path on it:
+"""The one-vector kernel call (cognate/targets/cpu/call.py) and the user path on it:
 results checked against scipy after the operands and output change between calls."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 from cognate.errors import CognateError
 from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
-from cognate.targets.cpu.fastcall import ArgvCall, trampoline_source
+from cognate.targets.cpu.call import ArgvCall, trampoline_source
 from cognate.targets.cpu.measure.check import mismatch, reference
 from cognate.targets.cpu.measure.verify import _thread_env
 from cognate.targets.cpu.pipeline import prepare_kernel

@@ -10,7 +10,7 @@ t-th), a validated permutation of S's rows:
   restricted to the row vertices in their relative order: rows meeting the same columns
   stay adjacent.
 - ``degree``: rows by stored-entry count, longest first; ties keep index order (stable).
-- ``cluster``: Jaccard row clustering, ``reorder.cached_cluster_rows`` at blend 0 (cached
+- ``cluster``: Jaccard row clustering, ``row_clusters.cached_cluster_rows`` at blend 0 (cached
   on disk by S's sha256, as reordered BCSR uses it).
 
 Orders are computed on S (the structure of a permuted matrix, see structured.py): its row
@@ -28,7 +28,7 @@ import scipy.sparse as sp
 from scipy.sparse.csgraph import reverse_cuthill_mckee
 
 from cognate.errors import CognateError
-from cognate.targets.cpu.reorder import cached_cluster_rows
+from cognate.targets.cpu.row_clusters import cached_cluster_rows
 from cognate.targets.cpu.structured import StructuredView
 
 ORDERS: tuple[str, ...] = ("rcm", "degree", "cluster")
