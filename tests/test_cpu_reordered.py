@@ -24,9 +24,9 @@ from cognate.targets.cpu.families import pack as pack_family
 from cognate.targets.cpu.families.reordered import STRIPS
 from cognate.targets.cpu.families.template import generate_family_source
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference
-from cognate.targets.cpu.row_orders import ORDERS, row_order
 from cognate.targets.cpu.pipeline import run_config
 from cognate.targets.cpu.row_clusters import cached_cluster_rows
+from cognate.targets.cpu.row_orders import ORDERS, row_order
 from cognate.targets.cpu.tuned import ScheduleKernel
 
 SETTINGS = [(by, sym, strip) for by in ORDERS for sym in (0, 1) for strip in STRIPS]

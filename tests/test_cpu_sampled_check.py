@@ -141,20 +141,20 @@ def test_one_at_a_time_job_refuses_a_kernel_wrong_on_a_sampled_row(
 def test_kernel_preparation_over_the_budget_is_one_clear_error(matrix, monkeypatch) -> None:
     """result.kernel / cognate.torch price a pack (and A^T) beside what the process holds."""
     from cognate.errors import InputError
-    from cognate.targets.cpu import price
+    from cognate.targets.cpu import memory
     from cognate.targets.cpu.tuned import TunedKernel
     from cognate.torch.operand import TunedSparse
 
     knobs = dict(get_target("cpu").space("spmm").baseline(matrix.shape).knobs)
     b = np.ones((matrix.shape[1], 16), dtype=np.float32)
-    needed = price.kernel_bytes(matrix, "spmm", knobs, 16)
-    held = price.resident_bytes()
+    needed = memory.kernel_bytes(matrix, "spmm", knobs, 16)
+    held = memory.resident_bytes()
     monkeypatch.setenv("COGNATE_MAX_MEMORY", str(held + needed // 2))
     with pytest.raises(InputError, match="packing A for a csr spmm kernel of width 16"):
         TunedKernel(matrix, "spmm", knobs, (b,))
     monkeypatch.setenv("COGNATE_MAX_MEMORY", str(held + 4 * needed))
     assert np.allclose(TunedKernel(matrix, "spmm", knobs, (b,))(b), matrix.csr @ b, rtol=1e-4)
-    monkeypatch.setenv("COGNATE_MAX_MEMORY", str(price.resident_bytes() + 1024))
+    monkeypatch.setenv("COGNATE_MAX_MEMORY", str(memory.resident_bytes() + 1024))
     with pytest.raises(InputError, match="building A\\^T"):
         TunedSparse(matrix)._transpose()
 

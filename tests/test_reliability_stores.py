@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 import scipy.io
 
-from cognate.store import schema as store_module
 from cognate.cli import run
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix, canonicalize
 from cognate.runner import Measurement
 from cognate.store import SCHEMA_VERSION, Store
+from cognate.store import schema as store_module
 
 SPADE = ["--target", "spade", "--op", "spmm"]
 

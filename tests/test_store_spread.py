@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from cognate.store import schema as store_module
 from cognate.cli import main
 from cognate.stats import timing_spread
 from cognate.store import SCHEMA_VERSION, Store
+from cognate.store import schema as store_module
 from cognate.timing import Timed
 
 RECORDS = Path(__file__).resolve().parents[1] / "data" / "records"

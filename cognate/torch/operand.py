@@ -38,8 +38,8 @@ import torch
 
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
+from cognate.targets.cpu.memory import check_room, transpose_bytes
 from cognate.targets.cpu.operands import check_live_tensor
-from cognate.targets.cpu.price import check_room, transpose_bytes
 from cognate.targets.cpu.tuned import TunedKernel
 from cognate.torch.choices import Choice, TuneOptions, choose
 from cognate.torch.inputs import as_operand_matrix

@@ -48,8 +48,8 @@ class CpuTarget(Target):
     def runnable(self, matrix: Matrix, op: str, width: int) -> Callable[[Config], bool]:
         """A layout may exceed the size limit (20 x nnz, as WACO refuses): it depends on
         where the nonzeros fall, so it is decided from the matrix's row and column
-        statistics without packing (fits.py); the pack happens once, when a config runs."""
-        from cognate.targets.cpu.fits import size_check
+        statistics without packing (size_check.py); the pack happens once, when a config runs."""
+        from cognate.targets.cpu.size_check import size_check
 
         return size_check(matrix, op, width)
 
@@ -126,7 +126,7 @@ TARGET = CpuTarget(
     exclusive=True,
     max_width=MAX_WIDTH,
     has_library=True,
-    # tune decides whether its top picks fit from row / column statistics (fits.py: 8 bytes
+    # tune decides whether its top picks fit from row / column statistics (size_check.py: 8 bytes
     # per column and bounded chunks, no pack), so ranking costs what any target's does
     rank_cost=Cost(48, 24, 64),
     measure_cost=measure_cost,

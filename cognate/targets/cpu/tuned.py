@@ -19,7 +19,7 @@ import scipy.sparse as sp
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
-from cognate.targets.cpu import families, pipeline, price
+from cognate.targets.cpu import families, memory, pipeline
 from cognate.targets.cpu.call import check_operands
 from cognate.targets.cpu.operands import (
     check_disjoint,
@@ -103,8 +103,8 @@ class TunedKernel:
         self.width = check_operands(op, matrix.shape, arrays)
         knobs = config.knobs if isinstance(config, Config) else config
         family = families.family_of(knobs)
-        needed = price.kernel_bytes(matrix, op, knobs, self.width)
-        price.check_room(
+        needed = memory.kernel_bytes(matrix, op, knobs, self.width)
+        memory.check_room(
             matrix, f"packing A for a {family} {op} kernel of width {self.width}", needed
         )
         self.call = pipeline.prepare(matrix, op, knobs, arrays)

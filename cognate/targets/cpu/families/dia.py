@@ -15,7 +15,7 @@ its values as one stream. Two layouts, the one storing fewer values is packed:
   (3072 x 768: 308 diagonals of 768 rows fall into ~258 offset classes of 3072 rows) store
   ~1.0x nnz this way against ~3.4x in the global layout, whose padding the kernel multiplies.
 
-Admission (the DIA rule fits.py checks too): A is refused (``too_large``) when its distinct
+Admission (the DIA rule size_check.py checks too): A is refused (``too_large``) when its distinct
 diagonals, as full vectors of the padded rows plus an offset each, exceed the size limit; a
 general matrix with thousands of diagonals is refused from a small sample of the nonzeros,
 before anything of that size is allocated (microseconds). The layout packed then stores at

@@ -166,7 +166,7 @@ def load_job_matrix(path: str) -> Any:
 def held_bytes(csr: Any, op: str, width: int, calls: int) -> int:
     """What the job holds besides the reference with ``calls`` kernels prepared at once: A,
     the dense inputs, each call's packed A and output, and one pack's temporaries."""
-    from cognate.targets.cpu.price import measured_kernel_bytes, operand_bytes
+    from cognate.targets.cpu.memory import measured_kernel_bytes, operand_bytes
 
     packed, peak = measured_kernel_bytes(csr, op, width)
     return operand_bytes(csr, op, width) + calls * packed + peak

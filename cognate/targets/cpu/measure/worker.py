@@ -35,7 +35,7 @@ from cognate.runner import ERROR_CHARS
 from cognate.stats import timing_spread
 from cognate.targets.cpu import families, pipeline
 from cognate.targets.cpu.measure.check import OPERAND_SEED, dense_operands, reference_for
-from cognate.targets.cpu.price import measured_kernel_bytes, operand_bytes
+from cognate.targets.cpu.memory import measured_kernel_bytes, operand_bytes
 
 
 class _MatrixState:

@@ -1,4 +1,4 @@
-"""The cpu target's size-only runnable check (fits.py) against packing, on real matrices."""
+"""The cpu target's size-only runnable check (size_check.py) against packing, on real matrices."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from cognate.formats.read import load_matrix
 from cognate.matrix import Matrix
 from cognate.search import tune_matrix
 from cognate.targets import get_target
-from cognate.targets.cpu import families, fits, pipeline
+from cognate.targets.cpu import families, pipeline, size_check
 
 # Matrices whose sampled configs mix fitting and too-large layouts of every family.
 MATRICES = ("bcspwr06.mtx.gz", "adder_dcop_05.mtx.gz", "Franz6_id1959_aug.mtx.gz")
@@ -54,8 +54,8 @@ def test_size_check_agrees_with_packing_without_packing(
         assert 0 < sum(want) < len(want)  # both outcomes are exercised
         with monkeypatch.context() as patched:
             _forbid_packing(patched)
-            patched.setattr(fits, "EXACT_PACK_NNZ", 0)  # bcsr: bounds or refusal only
-            check = fits.SizeCheck(m, op, 32)
+            patched.setattr(size_check, "EXACT_PACK_NNZ", 0)  # bcsr: bounds or refusal only
+            check = size_check.SizeCheck(m, op, 32)
             got = [check(c.knobs) for c in configs]
         # Exact everywhere, except that an undecided bcsr layout of a large matrix is
         # refused (conservative): never a config admitted that packing refuses.
