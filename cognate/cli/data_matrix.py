@@ -27,7 +27,7 @@ _COLUMNS: tuple[tuple[str, str], ...] = (
     ("name", "name"),
     ("rows", "rows"),
     ("cols", "cols"),
-    ("nnz", "nnz"),
+    ("nnz", "nnz (symmetric expanded)"),
     ("field", "field"),
     ("symmetry", "symmetry"),
     ("density", "density"),

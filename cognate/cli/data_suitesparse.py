@@ -13,6 +13,8 @@ from rich.table import Table
 from cognate import suitesparse
 from cognate.errors import CognateError
 
+# The collection counts a symmetric matrix's stored half; `data info` counts both halves.
+STORED = "nnz: entries stored (one half of a symmetric matrix; data info expands it)"
 
 def register(main: click.Group, data: click.Group) -> None:
     data.add_command(search)
@@ -83,7 +85,7 @@ def search(mirror: str | None, refresh_index: bool, as_json: bool, **filters: An
     if as_json:
         click.echo(json.dumps([e.to_dict() for e in found], indent=2))
         return
-    table = Table("id", "matrix", "rows", "cols", "nnz", "dtype", "kind", title=base)
+    table = Table("id", "matrix", "rows", "cols", "nnz", "dtype", "kind", title=base, caption=STORED)
     for e in found:
         table.add_row(
             str(e.id), e.full_name, f"{e.rows:,}", f"{e.cols:,}", f"{e.nnz:,}", e.dtype, e.kind
@@ -131,7 +133,7 @@ def fetch(
         rows = [{**f.entry.to_dict(), "path": str(f.path), "status": f.status} for f in fetched]
         click.echo(json.dumps(rows, indent=2))
         return
-    table = Table("matrix", "rows", "cols", "nnz", "MB", "status")
+    table = Table("matrix", "rows", "cols", "nnz", "MB", "status", caption=STORED)
     table.add_column("path", overflow="fold")  # paths are for copying: never truncated
     for f in fetched:
         e = f.entry
