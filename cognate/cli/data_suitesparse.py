@@ -16,6 +16,7 @@ from cognate.errors import CognateError
 # The collection counts a symmetric matrix's stored half; `data info` counts both halves.
 STORED = "nnz: entries stored (one half of a symmetric matrix; data info expands it)"
 
+
 def register(main: click.Group, data: click.Group) -> None:
     data.add_command(search)
     data.add_command(fetch)
@@ -85,7 +86,9 @@ def search(mirror: str | None, refresh_index: bool, as_json: bool, **filters: An
     if as_json:
         click.echo(json.dumps([e.to_dict() for e in found], indent=2))
         return
-    table = Table("id", "matrix", "rows", "cols", "nnz", "dtype", "kind", title=base, caption=STORED)
+    table = Table(
+        "id", "matrix", "rows", "cols", "nnz", "dtype", "kind", title=base, caption=STORED
+    )
     for e in found:
         table.add_row(
             str(e.id), e.full_name, f"{e.rows:,}", f"{e.cols:,}", f"{e.nnz:,}", e.dtype, e.kind
