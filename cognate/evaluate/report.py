@@ -160,7 +160,9 @@ def plot_efficiency(rows: list[dict[str, Any]], op: str, path: Path) -> Path:
         ax.axhline(estimate(rows[0], "oracle").mean, color="green", linestyle=":", label="oracle")
     zero = find_row(rows, ZERO_SHOT)
     if zero:
-        ax.axhline(estimate(zero, "top1").mean, color="gray", linestyle="-.", label="zero-shot top1")
+        ax.axhline(
+            estimate(zero, "top1").mean, color="gray", linestyle="-.", label="zero-shot top1"
+        )
     ax.set_xscale("log")
     ks = sorted({r["k"] for r in rows if r["variant"] in (TL, NT)})
     ax.set_xticks(ks, [str(k) for k in ks])

@@ -464,5 +464,3 @@ def _schedule_params(schedule: Schedule | None) -> dict[str, str]:
         "batch": str(int(schedule.batch)),
         "nzsplit": str(int(schedule.nzsplit)),
     }
-
-
