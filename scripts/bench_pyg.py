@@ -6,7 +6,7 @@ GCN: GCNConv with ``cached=True``; SAGE: SAGEConv mean; GIN: GINConv sum with a 
 one training epoch (zero grads, forward, cross-entropy, backward, Adam step) is timed with
 the adjacency as PyG users pass it:
 
-- ``cognate``: ``cognate.pyg.adjacency(edge_index, n)`` (the two-line change; schedules
+- ``cognate``: ``cognate.torch.pyg.adjacency(edge_index, n)`` (the two-line change; schedules
   ranked by the shipped cost model, choices remembered from an earlier run forgotten first
   unless ``--reuse-choices``); its tuning seconds (the first epoch's choosing, packing,
   compiling) are reported apart with the break-even epoch count against PyG's fastest path
@@ -142,13 +142,13 @@ def adjacencies(edge_index: torch.Tensor, n: int, args: argparse.Namespace) -> d
     from torch_geometric import EdgeIndex
     from torch_geometric.data import Data
 
-    import cognate.pyg
+    import cognate.torch.pyg
 
     if not args.reuse_choices:
         _forget(edge_index, n)
     csr = T.ToSparseTensor(layout=torch.sparse_csr)(Data(edge_index=edge_index, num_nodes=n))
     return {
-        "cognate": cognate.pyg.adjacency(edge_index, n),
+        "cognate": cognate.torch.pyg.adjacency(edge_index, n),
         "edge_index": edge_index,
         "csr": csr.adj_t,
         "EdgeIndex": EdgeIndex(edge_index, sparse_size=(n, n)).sort_by("col").values,
@@ -157,7 +157,7 @@ def adjacencies(edge_index: torch.Tensor, n: int, args: argparse.Namespace) -> d
 
 def _forget(edge_index: torch.Tensor, n: int) -> None:
     """Forget remembered choices of the adjacency and its GCN-normalised form."""
-    from cognate.pyg import gcn_normalized
+    from cognate.torch.pyg import gcn_normalized
     from cognate.torch import choices
 
     index = edge_index.numpy()
@@ -230,28 +230,28 @@ def one_model(kind: str, adjs: dict, x: torch.Tensor, y: torch.Tensor, args) -> 
 def _tuning_s(kind: str, adj_t) -> float:
     """The tuning of the adjacency ``kind`` runs on: GCN's normalised form, or A itself
     (SAGE and GIN share it: same widths, so the second model finds it tuned)."""
-    import cognate.pyg
+    import cognate.torch.pyg
 
-    own = cognate.pyg.tuned(adj_t).tuning_s
-    return cognate.pyg.tuning_seconds(adj_t) - own if kind == "gcn" else own
+    own = cognate.torch.pyg.tuned(adj_t).tuning_s
+    return cognate.torch.pyg.tuning_seconds(adj_t) - own if kind == "gcn" else own
 
 
 def one_graph(matrix: Matrix, args: argparse.Namespace) -> dict:
-    from cognate.pyg import undirected_edges
+    from cognate.torch.pyg import undirected_edges
 
     edge_index, n = undirected_edges(matrix)
     gen = torch.Generator().manual_seed(args.seed)
     x = torch.randn(n, args.features, generator=gen)
     y = torch.randint(0, args.classes, (n,), generator=gen)
     adjs = adjacencies(edge_index, n, args)
-    import cognate.pyg
+    import cognate.torch.pyg
 
     row = {
         "graph": matrix.name,
         "nodes": n,
         "edges": int(edge_index.shape[1]),
         "model_data": model_data(matrix.name),
-        "symmetric_kernel": cognate.pyg.tuned(adjs["cognate"]).symmetric,
+        "symmetric_kernel": cognate.torch.pyg.tuned(adjs["cognate"]).symmetric,
         "models": {},
     }
     for kind in args.models:

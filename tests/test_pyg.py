@@ -1,4 +1,4 @@
-"""cognate.pyg: stock PyG layers (GCNConv, SAGEConv, GINConv) on a cognate adjacency give
+"""cognate.torch.pyg: stock PyG layers (GCNConv, SAGEConv, GINConv) on a cognate adjacency give
 PyG's own cpu results (outputs, every parameter gradient, losses over optimizer steps), on
 real graphs from ../shared; bad input gets one clear error."""
 
@@ -15,7 +15,7 @@ pytest.importorskip("torch_geometric", reason="torch_geometric not installed (co
 
 from torch_geometric.nn import GCNConv, GINConv, SAGEConv  # noqa: E402
 
-import cognate.pyg as cp  # noqa: E402
+import cognate.torch.pyg as cp  # noqa: E402
 from cognate.formats.read import load_matrix  # noqa: E402
 
 TOL = 1e-5
@@ -69,7 +69,7 @@ MODELS = {
     "gcn": lambda i, o: GCNConv(i, o),
     "gcn-cached": lambda i, o: GCNConv(i, o, cached=True),
     "sage-mean": lambda i, o: SAGEConv(i, o, aggr="mean"),
-    "sage-max": lambda i, o: SAGEConv(i, o, aggr="max"),  # cognate.pyg_minmax's kernel
+    "sage-max": lambda i, o: SAGEConv(i, o, aggr="max"),  # the pipeline's minmax family
     "gin-sum": gin,
 }
 
@@ -239,8 +239,8 @@ def test_example_prints_the_same_losses_on_both_backends(shared: Path) -> None:
 def test_minmax_kernel_against_references(shared: Path, reduce: str) -> None:
     """The (max, x) / (min, x) kernel on a real matrix with signed values and an empty row:
     forward equals numpy's reference, the gradient equals torch's spmm_reduce's."""
-    from cognate.pyg_minmax import MinMaxCSR, reference, spmm_minmax
     from cognate.torch.gnn import torch_csr
+    from cognate.torch.pyg.minmax import MinMaxCSR, reference, spmm_minmax
 
     csr = load_matrix(shared / "matrices" / "suitesparse" / "west0479.mtx.gz").csr.tolil()
     csr[3, :] = 0  # an empty row: 0 out, no gradient

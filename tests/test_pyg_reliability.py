@@ -1,4 +1,4 @@
-"""cognate.pyg under hostile input (issue 61): freed or shrunk features and saved tensors,
+"""cognate.torch.pyg under hostile input (issue 61): freed or shrunk features and saved tensors,
 second-order gradients, NaN, duplicated edges and self loops, ``order=``, in-place changes,
 no edges, TorchScript, non-positive GCN degrees, 2^31 nodes. Each case is PyG's own
 edge-list result (outputs and gradients within 1e-5) or a one-line refusal."""
@@ -20,7 +20,7 @@ pytest.importorskip("torch_geometric", reason="torch_geometric not installed (co
 
 from torch_geometric.nn import GCNConv, GINConv, SAGEConv  # noqa: E402
 
-import cognate.pyg as cp  # noqa: E402
+import cognate.torch.pyg as cp  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
 from cognate.formats.read import load_matrix  # noqa: E402
 
@@ -84,9 +84,9 @@ CRASHES = {
     "shrunk x": "x.untyped_storage().resize_(x.untyped_storage().nbytes() // 2); conv(x, adj)",
     "freed non-contiguous x": "y = x.t().contiguous().t(); y.untyped_storage().resize_(0);"
     " conv(y, adj)",
-    "freed saved args": "out = cognate.pyg._spmm(adj, x.requires_grad_(), REDUCE);"
+    "freed saved args": "out = cognate.torch.pyg._spmm(adj, x.requires_grad_(), REDUCE);"
     " out.grad_fn.saved_tensors[0].untyped_storage().resize_(0); out.sum().backward()",
-    "freed saved args, second order": "out = cognate.pyg._spmm(adj, x.requires_grad_(), REDUCE);"
+    "freed saved args, second order": "out = cognate.torch.pyg._spmm(adj, x.requires_grad_(), REDUCE);"
     " w = torch.ones_like(out, requires_grad=True);"
     " (g,) = torch.autograd.grad((out * w).sum(), x, create_graph=True);"
     " g.grad_fn.saved_tensors[0].untyped_storage().resize_(0); g.sum().backward()",
@@ -99,11 +99,11 @@ def test_minmax_refuses_freed_storage(case: str, reduce: str) -> None:
     """In a subprocess (the unchecked kernel read freed memory: SIGSEGV)."""
     script = textwrap.dedent(
         f"""
-        import torch, cognate.pyg
+        import torch, cognate.torch.pyg
         from torch_geometric.nn import SAGEConv
         REDUCE = {reduce!r}
         edge_index = torch.tensor([[0, 1, 2, 3, 3, 0], [1, 2, 3, 0, 1, 2]])
-        adj = cognate.pyg.adjacency(edge_index, 4)
+        adj = cognate.torch.pyg.adjacency(edge_index, 4)
         conv = SAGEConv(64, 4, aggr=REDUCE)
         x = torch.randn(4, 64)
         try:
@@ -172,7 +172,7 @@ def test_minmax_nan_like_pyg(shared: Path, aggr: str) -> None:
 def test_minmax_kernel_nan_against_reference(reduce: str) -> None:
     import scipy.sparse as sp
 
-    from cognate.pyg_minmax import MinMaxCSR, reference, spmm_minmax
+    from cognate.torch.pyg.minmax import MinMaxCSR, reference, spmm_minmax
 
     csr = sp.random(60, 50, density=0.2, format="csr", random_state=3, dtype=np.float32)
     x = torch.randn(50, 17, generator=torch.Generator().manual_seed(4))
@@ -284,10 +284,10 @@ def test_jit_script_after_patch() -> None:
     (on a cognate adjacency too: the dispatchers send TorchScript to PyG)."""
     script = textwrap.dedent(
         """
-        import torch, cognate.pyg
+        import torch, cognate.torch.pyg
         from torch_geometric.nn import GCNConv, GINConv, SAGEConv
         edge_index = torch.tensor([[0, 1, 2, 3, 3, 0], [1, 2, 3, 0, 1, 2]])
-        adj = cognate.pyg.adjacency(edge_index, 4)
+        adj = cognate.torch.pyg.adjacency(edge_index, 4)
         x = torch.randn(4, 8)
         for conv in (GCNConv(8, 4), SAGEConv(8, 4), SAGEConv(8, 4, aggr="max"),
                      GINConv(torch.nn.Linear(8, 4))):

@@ -1,5 +1,5 @@
 """(max, x) / (min, x) SpMM with the arg kept for the backward: SAGEConv(aggr="max") and
-other max / min aggregations of a cognate adjacency (cognate.pyg).
+other max / min aggregations of a cognate adjacency (cognate.torch.pyg).
 
 ``out[i, j] = max_k A[i, k] * x[k, j]`` over row i's stored entries (0 for an empty row, as
 torch's ``spmm_reduce`` and PyG's scatter give; NaN when any product is NaN, as PyG's scatter
@@ -10,41 +10,30 @@ gather through the same args), so gradient penalties (``create_graph=True``) get
 second-order gradients. A may repeat a column in a row (a duplicated edge): it then counts
 as one more candidate, as in PyG's edge list.
 
-Every tensor handed to C is checked first (``check_live_tensor``: a freed or shrunk storage
-is a one-line ValueError, never a read of freed memory). The kernel is
-kernels/pyg/spmm_minmax.c, compiled once by cognate/build.py; one fixed schedule (rows in
-parallel, the width innermost), not tuned.
+Both directions are kernels of the cpu kernel pipeline (cognate.targets.cpu.pipeline: the
+minmax family, kernels/pyg/spmm_minmax.c specialised to the dense width): packed once per
+width (A's own int32 / float32 arrays, no copy), built once per width and reduce (the kernel
+cache is per source), bound once, then called through the pipeline's argument vector with
+each call's tensors pointed at. Every tensor handed to C is checked first
+(``check_live_tensor``: a freed or shrunk storage is a one-line ValueError, never a read of
+freed memory). One fixed schedule (rows in parallel, the width innermost), not tuned.
 """
 
 from __future__ import annotations
 
-import ctypes
-from functools import cache
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 import torch
 
-from cognate.build import compile_c, load_library
 from cognate.errors import CognateError
-from cognate.paths import kernels_dir
+from cognate.targets.cpu import pipeline
+from cognate.targets.cpu.families.minmax import ARG_EMPTY, ARG_NAN
 from cognate.targets.cpu.operands import check_live_tensor
 
 REDUCES = ("max", "min")
-ARG_EMPTY, ARG_NAN = -1, -2  # the kernel's arg for an empty row / a NaN output
-_I64, _P = ctypes.c_int64, ctypes.c_void_p
-
-
-@cache
-def _library() -> ctypes.CDLL:
-    lib = load_library(str(compile_c((kernels_dir() / "pyg" / "spmm_minmax.c").read_text())))
-    for name in ("spmm_max", "spmm_min"):
-        getattr(lib, name).argtypes = [_I64, _I64, _P, _P, _P, _P, _P, _P]
-        getattr(lib, name).restype = None
-    lib.spmm_minmax_backward.argtypes = [_I64, _I64, _P, _P, _P, _P, _P, _P]
-    lib.spmm_minmax_backward.restype = None
-    return lib
+CHUNK = 32  # rows per OpenMP task (the kernel's dynamic schedule)
 
 
 def _live(tensor: torch.Tensor, what: str) -> None:
@@ -65,9 +54,39 @@ class MinMaxCSR:
             raise CognateError(f"min/max aggregation: {csr.nnz} entries, over 2^31 - 1")
         self.shape = csr.shape
         self.nnz = int(csr.nnz)
-        self.indptr = np.ascontiguousarray(csr.indptr, dtype=np.int32)
-        self.indices = np.ascontiguousarray(csr.indices, dtype=np.int32)
-        self.values = np.ascontiguousarray(csr.data, dtype=np.float32)
+        self.csr = sp.csr_matrix(
+            (
+                np.ascontiguousarray(csr.data, dtype=np.float32),
+                np.ascontiguousarray(csr.indices, dtype=np.int32),
+                np.ascontiguousarray(csr.indptr, dtype=np.int32),
+            ),
+            shape=csr.shape,
+        )
+        self.indices, self.values = self.csr.indices, self.csr.data
+        self._kernels: dict[tuple[str, str, int], pipeline.PreparedKernel] = {}
+
+    def _kernel(self, op: str, reduce: str, width: int) -> pipeline.PreparedKernel:
+        """The pipeline's kernel of ``op`` ("spmm" or "route") at ``width``: packed, built
+        and bound once (to untouched zero pages: every call points it at its tensors)."""
+        key = (op, reduce if op == "spmm" else "", width)
+        found = self._kernels.get(key)
+        if found is None:
+            rows, cols = self.shape
+            # the backward ("route") is one kernel for both reduces: any legal one names it
+            knobs = {"family": "minmax", "reduce": reduce or "max", "chunk": CHUNK}
+            if op == "spmm":
+                dense: tuple[np.ndarray, ...] = (np.zeros((cols, width), np.float32),)
+            else:
+                dense = (np.zeros((rows, width), np.float32), np.zeros((rows, width), np.int32))
+            found = pipeline.bind(pipeline.pack(self.csr, op, knobs, width), knobs, dense)
+            self._kernels[key] = found
+        return found
+
+    def _run(self, op: str, reduce: str, tensors: tuple[torch.Tensor, ...]) -> None:
+        kernel = self._kernel(op, reduce, tensors[0].shape[1])
+        with kernel.lock:  # the argument vector is shared by every call of this kernel
+            kernel.point_at([t.data_ptr() for t in tensors])
+            kernel.run()
 
     def _check(self, x: torch.Tensor, rows: int, what: str) -> torch.Tensor:
         """``x`` as C reads it: float32 cpu, ``rows`` x width, live, contiguous."""
@@ -99,21 +118,17 @@ class MinMaxCSR:
         out = torch.empty((rows, width), dtype=torch.float32)
         arg = torch.empty((rows, width), dtype=torch.int32)
         if rows and width:
-            kernel = _library().spmm_max if reduce == "max" else _library().spmm_min
-            kernel(rows, width, _ptr(self.indptr), _ptr(self.indices), _ptr(self.values),
-                   x.data_ptr(), out.data_ptr(), arg.data_ptr())  # fmt: skip
+            self._run("spmm", reduce, (x, out, arg))
         return out, arg
 
     def backward(self, grad: torch.Tensor, arg: torch.Tensor) -> torch.Tensor:
         """dx: ``grad`` (A.rows x width) routed to the entries that won."""
         grad = self._check(grad, self.shape[0], "the output's gradient")
         arg = self._check_arg(arg, grad.shape[1])
-        dx = torch.zeros((self.shape[1], grad.shape[1]), dtype=torch.float32)
-        if self.shape[0] and grad.shape[1]:
-            _library().spmm_minmax_backward(
-                self.shape[0], grad.shape[1], _ptr(self.indptr), _ptr(self.indices),
-                _ptr(self.values), arg.data_ptr(), grad.data_ptr(), dx.data_ptr(),
-            )  # fmt: skip
+        if not (self.shape[0] and self.shape[1] and grad.shape[1]):
+            return torch.zeros((self.shape[1], grad.shape[1]), dtype=torch.float32)
+        dx = torch.empty((self.shape[1], grad.shape[1]), dtype=torch.float32)
+        self._run("route", "", (grad, arg, dx))  # the kernel zeroes dx first
         return dx
 
     def gather(self, dx: torch.Tensor, arg: torch.Tensor) -> torch.Tensor:
@@ -129,10 +144,6 @@ class MinMaxCSR:
         out = torch.gather(dx, 0, source) * torch.from_numpy(self.values)[k]
         out = out.masked_fill(arg == ARG_EMPTY, 0.0)
         return out.masked_fill(arg == ARG_NAN, float("nan"))
-
-
-def _ptr(array: np.ndarray) -> int:
-    return array.ctypes.data
 
 
 class _MinMaxSpMM(torch.autograd.Function):
