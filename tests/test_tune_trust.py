@@ -283,8 +283,8 @@ def test_wait_quiet_waits_for_the_load_and_measures_again(matrix, monkeypatch, c
         return SimpleNamespace(unreliable=next(runs))
 
     monkeypatch.setattr("cognate.api.tune", fake_tune)
-    run = dict(target="cpu", verify=True, threads=None)
-    result = tune_cli._run(matrix, run, None, 30.0, as_json=True)
+    run = dict(target="cpu", op="spmm", model=None, verify=True, threads=None)
+    result, _ = tune_cli._run(matrix, run, None, 30.0, True, tune_cli._console(True))
     assert len(calls) == 2 and result.unreliable is False
     err = capsys.readouterr().err
     assert "waiting up to" in err and "measuring again once it is quiet" in err

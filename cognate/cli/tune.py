@@ -444,7 +444,6 @@ def tune(
 
     `cognate tune --from-json FILE --emit DIR` writes the pick of an earlier run instead."""
     from cognate.errors import CognateError
-    from cognate.search.learn import model_to_use
 
     if from_json is not None:
         _emit_from_json(ctx, matrix, from_json, emit, as_json)
@@ -458,13 +457,10 @@ def tune(
         raise CognateError("--wait-quiet waits to time --verify's measurements: add --verify")
     console = _console(as_json)
     _say_if_it_cannot_run_here(target, verify)
-    model, model_note = model_to_use(model, target, op)
-    if model_note:
-        console.print(model_note, soft_wrap=True, markup=False)
     run = dict(target=target, op=op, width=width, top_k=top_k, model=model, verify=verify)
     run.update(candidates=candidates, seed=seed, cover_families=cover_families, threads=threads)
     store = db if verify and not no_record else None
-    result = _run(matrix, run, store, wait_quiet, as_json)
+    result, model_note = _run(matrix, run, store, wait_quiet, as_json, console)
     recorded = _record(result, db, no_record)
     learned = _learn(result, seed) if learn and not result.all_failed else None
     files = _emit_files(result, emit)
@@ -486,17 +482,24 @@ def _run(
     store: Path | None,
     wait_quiet: float | None,
     as_json: bool,
-) -> Any:
-    """Load the matrix and tune it; with ``wait_quiet``, wait for a quiet machine first and
+    console: Any,
+) -> tuple[Any, str | None]:
+    """Load the matrix and the model (``choose_model``: the one cognate.tune and TunedSparse
+    resolve, loaded once) and tune; with ``wait_quiet``, wait for a quiet machine first and
     tune again (once it is quiet) while the timings were taken on a busy one, until the
-    seconds run out."""
+    seconds run out. Returns the result and the line saying which model, if any."""
     import time
 
     from cognate.api import tune as tune_api
     from cognate.formats.read import load_matrix
     from cognate.progress import say
+    from cognate.search.learn import choose_model
 
     loaded = load_matrix(matrix)
+    chosen = choose_model(run["model"], run["target"], run["op"])
+    if chosen.note:
+        console.print(chosen.note, soft_wrap=True, markup=False)
+    run = {**run, "model": chosen.model}
     if store is not None:  # a damaged or unwritable store: one line now, not after timing
         _check_store(store)
     announce = None if as_json else say  # plain lines on stderr: a pipe sees them too
@@ -510,7 +513,7 @@ def _run(
         if not _wait_for_quiet(deadline, run["threads"], run["target"]):
             break
         result = tune_api(loaded, **run, announce=announce)
-    return result
+    return result, chosen.note
 
 
 QUIET_POLL_S = 5.0

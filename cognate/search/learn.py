@@ -16,6 +16,7 @@ it and how to remove it: tune then uses the shipped model.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ from cognate.errors import CognateError
 from cognate.homefiles import clean_leftovers, home_lock, ignore, open_regular
 from cognate.model.cost_model import CostModel
 from cognate.model.learned import LearnedModel
+from cognate.model.shipped import resolve_model_path
 from cognate.paths import cognate_home
 from cognate.records import MatrixRuns
 from cognate.search.result import TuneResult
@@ -39,39 +41,68 @@ def local_model_path(target: str, op: str) -> Path:
     return cognate_home() / "models" / f"{target}-{op}.safetensors"
 
 
-def model_to_use(model: Path | None, target: str, op: str) -> tuple[Path | None, str | None]:
-    """(the model file tune should use, a line saying why when it is the local copy).
-    ``model`` given: it, always. Else the local copy when one exists and loads, else None
-    (the shipped model; a local copy that does not load is one warning line)."""
+@dataclass(frozen=True)
+class ModelChoice:
+    """The cost model a tune uses, and the line that says why when it is the local copy."""
+
+    model: CostModel
+    note: str | None = None
+
+
+def choose_model(model: str | Path | CostModel | None, target: str, op: str) -> ModelChoice:
+    """The one resolution of which model ranks (the CLI, ``cognate.tune`` and
+    ``TunedSparse`` all ask here): a CostModel or a model file given, always; else the local
+    copy ``--learn`` refined when one exists and loads (a copy that does not load is one
+    warning line); else the shipped model. Each file is loaded once per process (and again
+    only when it changes on disk)."""
+    space = get_target(target).space(op)
+    if isinstance(model, CostModel):
+        if (model.space.name, model.space.version) != (space.name, space.version):
+            raise CognateError(
+                f"the cost model given is for space {model.space.name}, not {space.name}"
+            )
+        return ModelChoice(model)
     if model is not None:
-        return model, None
+        return ModelChoice(_loaded(resolve_model_path(model, target, op), space))
     local = local_model_path(target, op)
     try:
-        learned = _check_local(local, target, op)
+        found = _local(local, space)
     except FileNotFoundError:
-        return None, None
+        return ModelChoice(_loaded(resolve_model_path(None, target, op), space))
     except CognateError as err:
         why = str(err).removeprefix(f"{local}: ")
         ignore(local, why, f"using the shipped model (remove it: rm {local})")
-        return None, None
-    n = learned.get("measurements", 0)
-    return local, (
+        return ModelChoice(_loaded(resolve_model_path(None, target, op), space))
+    n = (found.metadata.get(LEARNED_KEY) or {}).get("measurements", 0)
+    note = (
         f"using the local model {local}, refined by {n} measurements of tune --learn "
         "(--model PATH to use another)"
     )
+    return ModelChoice(found, note)
 
 
-def _check_local(local: Path, target: str, op: str) -> dict[str, Any]:
-    """The provenance of the local copy after loading it as tune will (weights included);
-    ``FileNotFoundError`` when there is none, ``CognateError`` when it does not load."""
+# (resolved path, size, mtime, space name, space version) -> the model loaded from it
+_LOADED: dict[tuple, CostModel] = {}
+
+
+def _loaded(path: Path, space: Any) -> CostModel:
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, space.name, space.version)
+    if key not in _LOADED:
+        _LOADED[key] = CostModel.load(path, space)
+    return _LOADED[key]
+
+
+def _local(local: Path, space: Any) -> CostModel:
+    """The local copy loaded as tune will use it (weights included); ``FileNotFoundError``
+    when there is none, ``CognateError`` when it does not load."""
     open_regular(local).close()  # no links, FIFOs or folders: raises FileNotFoundError too
     try:
-        model = CostModel.load(local, get_target(target).space(op))
+        return _loaded(local, space)
     except CognateError:
         raise
     except Exception as err:  # a damaged file may fail in the reader's own terms
         raise CognateError(f"does not load ({type(err).__name__})") from None
-    return model.metadata.get(LEARNED_KEY) or {}
 
 
 def measured_runs(result: TuneResult) -> MatrixRuns:
@@ -132,7 +163,8 @@ def _starting_model(result: TuneResult, local: Path) -> tuple[Path, str | None]:
     it is kept), else the model ``result`` was ranked with (the copy is then replaced)."""
     ranked_with = Path(result.model_path)
     try:
-        learned = _check_local(local, result.target, result.op)
+        space = get_target(result.target).space(result.op)
+        learned = _local(local, space).metadata.get(LEARNED_KEY) or {}
     except FileNotFoundError:
         return ranked_with, None
     except CognateError:

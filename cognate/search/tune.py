@@ -9,11 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from cognate.budget import check_work
-from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel
 from cognate.model.portfolio import ranking_used
-from cognate.model.shipped import resolve_model_path
 from cognate.progress import Ticker
 from cognate.runner import Measurement, ProgressFn
 from cognate.search.rank import DEFAULT_CANDIDATES, DEFAULT_SEED, rank, runnable_top, same_config
@@ -63,8 +61,8 @@ def tune_matrix(
     positive_int(top_k, "top-k")
     check_work(matrix, f"tune --target {target}", the_target.tune_cost(width, verify))
     space = the_target.space(op)
-    cost_model = _cost_model(model, space)
     say = announce or (lambda line: None)
+    cost_model = _cost_model(model, space, say)
     if matrix.nnz >= ANNOUNCE_RANKING_NNZ:
         say(f"ranking up to {candidates:,} {target} {op} configs for {matrix.name} with the model")
     ranked, timings = rank(cost_model, space, matrix, width, candidates, seed)
@@ -121,11 +119,13 @@ def _verify_line(result: TuneResult, target: Target) -> str:
     )
 
 
-def _cost_model(model: str | Path | CostModel | None, space: Space) -> CostModel:
-    if isinstance(model, CostModel):
-        if (model.space.name, model.space.version) != (space.name, space.version):
-            raise CognateError(
-                f"the cost model given is for space {model.space.name}, not {space.name}"
-            )
-        return model
-    return CostModel.load(resolve_model_path(model, space.target, space.op), space)
+def _cost_model(
+    model: str | Path | CostModel | None, space: Space, say: Callable[[str], None]
+) -> CostModel:
+    """The model ``choose_model`` resolves (the CLI's, too); its note said once."""
+    from cognate.search.learn import choose_model
+
+    chosen = choose_model(model, space.target, space.op)
+    if chosen.note and not isinstance(model, CostModel):
+        say(chosen.note)
+    return chosen.model

@@ -49,11 +49,11 @@ class TuneOptions:
     def model_key(self, op: str) -> str | None:
         """The model's identity in cache keys (None: a CostModel object, not cached on disk)."""
         from cognate.model.cost_model import CostModel
-        from cognate.model.shipped import resolve_model_path
+        from cognate.search.learn import choose_model
 
         if isinstance(self.model, CostModel):
             return None
-        path = resolve_model_path(self.model, self.target, op)
+        path = choose_model(self.model, self.target, op).model.path  # the one tune ranks with
         stat = path.stat()
         return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
 
