@@ -543,7 +543,8 @@ _pyg_gcn_norm: Any = None  # PyG's gcn_norm, set by patch()
 
 def patch() -> None:
     """Route PyG's ``spmm`` and ``gcn_norm`` (every module's imported name) through cognate
-    for cognate adjacencies; idempotent."""
+    for cognate adjacencies, and let SAGEConv, GINConv and GraphConv aggregate after their
+    projection on them (project.py); idempotent."""
     global _pyg_spmm, _pyg_gcn_norm
     if _PATCHED:
         return
@@ -561,10 +562,13 @@ def patch() -> None:
             if getattr(module, attr, None) is original:
                 setattr(module, attr, replacement)
                 _PATCHED.append((module, attr, original))
+    from cognate.torch.pyg.project import install
+
+    _PATCHED.extend(install(_current))  # aggregation after projection (project.py)
 
 
 def unpatch() -> None:
-    """Give PyG its own ``spmm`` and ``gcn_norm`` back (cognate adjacencies then run on
+    """Give PyG its own ``spmm``, ``gcn_norm`` and layer forwards back (cognate adjacencies then run on
     PyG's torch path: correct, untuned)."""
     while _PATCHED:
         module, attr, original = _PATCHED.pop()
