@@ -59,10 +59,21 @@ def _runtime_nodes(tree: ast.AST) -> Iterator[ast.AST]:
 
 
 def _imports(name: str, path: Path, known: set[str]) -> set[str]:
-    """The cognate modules ``name`` imports (a package's submodule when it names one)."""
+    """The cognate modules ``name`` imports (a package's submodule when it names one), by
+    import statement or by name through importlib (a string naming a cognate module in a
+    module that calls ``import_module``: a plugin list is an import all the same)."""
     found = set()
-    for node in _runtime_nodes(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
+    source = path.read_text()
+    by_name = "import_module" in source
+    for node in _runtime_nodes(ast.parse(source)):
+        if (
+            by_name
+            and isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and (node.value in known)
+        ):
+            targets = [node.value]
+        elif isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
@@ -140,6 +151,17 @@ def _room(module: str) -> str:
 
 def test_no_import_circle() -> None:
     assert _cycles(_graph()) == []
+
+
+def test_an_import_by_name_is_an_arrow(tmp_path: Path) -> None:
+    """A plugin list handed to importlib is read as imports (a hidden upward one fails)."""
+    module = tmp_path / "learned.py"
+    module.write_text(
+        "import importlib\nPLUGINS = ('cognate.transfer.finetune',)\n"
+        "def load():\n    for name in PLUGINS:\n        importlib.import_module(name)\n"
+    )
+    known = {"cognate.model.learned", "cognate.transfer.finetune"}
+    assert _imports("cognate.model.learned", module, known) == {"cognate.transfer.finetune"}
 
 
 def test_cycle_finder_finds_a_circle() -> None:

@@ -29,6 +29,7 @@ def portfolio(model: Path, db: Path, top_k: int, output: Path | None) -> None:
     chosen on its validation matrices (the model alone when that ranks best there). Its
     held-out matrices are not read; a fine-tuned model's fixed set comes from its K
     fine-tuning matrices only."""
+    from cognate import transfer
     from cognate.model.checkpoint import read_metadata
     from cognate.model.cost_model import CostModel
     from cognate.model.portfolio import (
@@ -59,6 +60,7 @@ def portfolio(model: Path, db: Path, top_k: int, output: Path | None) -> None:
             f"{db}: no records of {model.name}'s training ({len(train)}) or validation "
             f"({len(validation)}) matrices"
         )
+    transfer.register()  # a fine-tuned model's loader
     cost_model = CostModel.load(model, space)
     entry = choose_portfolio(cost_model, train, validation, top_k)
     cost_model.metadata[PORTFOLIO_KEY] = entry

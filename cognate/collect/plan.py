@@ -134,10 +134,12 @@ def model_picker(
     """The ``n`` runnable candidates a cost model ranks best, from the same candidate set
     ``cognate tune`` searches: measuring them refines the model exactly where it searches
     (its top picks among 20k candidates lie where random samples are sparse)."""
+    from cognate import transfer
     from cognate.model.cost_model import CostModel
     from cognate.model.shipped import resolve_model_path
     from cognate.search.rank import rank, runnable_top  # torch: only when a model is asked for
 
+    transfer.register()  # a fine-tuned model's loader
     model = CostModel.load(resolve_model_path(model_path, target_name, op), space)
 
     def pick(matrix: Matrix) -> list[Config]:

@@ -20,17 +20,13 @@ if TYPE_CHECKING:
     from cognate.model.predictor import RankingNetwork
     from cognate.records import MatrixRuns
 
-# Modules that register extras on import: config encoders (the transfer autoencoder "ae")
-# and checkpoint loaders (a fine-tuned model's, for metadata section "transfer"). A
-# checkpoint that needs one loads only after its module has been imported; this module
-# names them and never imports them by code, so the model package does not depend on them.
-PLUGIN_MODULES: tuple[str, ...] = ("cognate.transfer.autoencoder", "cognate.transfer.finetune")
-
 # A checkpoint loader: (path, space) -> (network, encoder, validated metadata).
 CheckpointLoader = Callable[[Path, Space], "tuple[RankingNetwork, ConfigEncoder, dict[str, Any]]"]
 # Metadata section -> the loader of the checkpoints that have it (see register_loader).
 _LOADERS: dict[str, CheckpointLoader] = {}
 # Sections only a plugin can load: without its loader such a file must not load as plain.
+# Plugins register from above (cognate.transfer.register(), called by whatever loads
+# models: search, collect, evaluate, the CLI); the model package never imports them.
 PLUGIN_SECTIONS: tuple[str, ...] = ("transfer",)
 
 
@@ -71,11 +67,13 @@ class LearnedModel(CostModel):
 
         meta = read_metadata(path)
         check_for_space(path, meta, space)
-        _import_plugins()
         # fine-tuned: the encoder is rebuilt from its transfer options, by transfer's loader
         section = next((s for s in (*_LOADERS, *PLUGIN_SECTIONS) if s in meta), None)
         if section is not None and section not in _LOADERS:
-            raise CognateError(f"{path}: a model with {section!r} metadata needs its plugin")
+            raise CognateError(
+                f"{path}: a model with {section!r} metadata needs its plugin"
+                " (call cognate.transfer.register() first)"
+            )
         load = _LOADERS[section] if section is not None else load_checkpoint
         network, encoder, meta = load(path, space)
         return cls(network, encoder, meta, space, path)
@@ -142,17 +140,6 @@ class LearnedModel(CostModel):
         with torch.inference_mode():
             scores = self.network.score(embedding, width, encoded).float().numpy()
         return finite_scores(self.path, scores)
-
-
-def _import_plugins() -> None:
-    import importlib
-
-    for name in PLUGIN_MODULES:
-        try:
-            importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
 
 
 register_model_kind(LearnedModel, fallback=True)

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from cognate import transfer
 from cognate.errors import CognateError
 from cognate.homefiles import clean_leftovers, home_lock, ignore, open_regular
 from cognate.model.cost_model import CostModel
@@ -89,6 +90,7 @@ def _loaded(path: Path, space: Any) -> CostModel:
     stat = path.stat()
     key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns, space.name, space.version)
     if key not in _LOADED:
+        transfer.register()  # a fine-tuned model's loader
         _LOADED[key] = CostModel.load(path, space)
     return _LOADED[key]
 
@@ -140,6 +142,7 @@ def learn(result: TuneResult, seed: int = 0, epochs: int = LEARN_EPOCHS) -> dict
             raise CognateError(f"--learn: cannot lock {local} for writing; model unchanged")
         clean_leftovers(local)  # a writer killed mid-write leaves its temp file
         start, superseded = _starting_model(result, local)
+        transfer.register()
         model = CostModel.load(start, space)
         if not isinstance(model, LearnedModel):
             raise CognateError(f"--learn: {start} is not a trained model; nothing to refine")

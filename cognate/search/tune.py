@@ -24,7 +24,10 @@ from cognate.util import positive_int
 
 
 def load_model(path: str | Path, space: Space) -> CostModel:
-    """The cost model in ``path`` for ``space`` (``CostModel.load``)."""
+    """The cost model in ``path`` for ``space`` (``CostModel.load``; fine-tuned ones too)."""
+    from cognate import transfer
+
+    transfer.register()
     return CostModel.load(path, space)
 
 
