@@ -554,11 +554,11 @@ def _printed(result) -> list[str]:
 
     from rich.console import Console
 
-    from cognate.cli.tune import _print_summary, _print_table
+    from cognate.cli.tune_output import print_summary, print_table
 
     console = Console(width=80, file=io.StringIO(), record=True)
-    _print_table(console, result)
-    _print_summary(console, result)
+    print_table(console, result)
+    print_summary(console, result)
     return console.export_text().splitlines()
 
 
