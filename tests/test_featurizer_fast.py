@@ -18,7 +18,7 @@ from safetensors import safe_open
 
 from cognate.config import Config
 from cognate.formats.read import load_matrix
-from cognate.model import sparseconv
+from cognate.model import kernel_maps, sparseconv
 from cognate.model.checkpoint import read_metadata
 from cognate.model.encoding import LoopNestEncoder, permutation_matrix
 from cognate.model.featurizer import Featurizer, matrix_points, matrix_scalars
@@ -76,7 +76,7 @@ def test_fast_maps_equal_reference_on_real_matrices(real_matrices) -> None:
 @pytest.mark.parametrize("model", [SHIPPED[0], pytest.param(SHIPPED[1], marks=pytest.mark.slow)])
 def test_shipped_embeddings_fast_equal_reference(real_matrices, model, monkeypatch) -> None:
     # Small blocks, so that the real matrices span many of them (the block edges matter).
-    monkeypatch.setattr(sparseconv, "PAIRS_PER_BLOCK", 300)
+    monkeypatch.setattr(kernel_maps, "PAIRS_PER_BLOCK", 300)
     featurizer = shipped_featurizer(model)
     for matrix in real_matrices:
         points = matrix_points(matrix)
@@ -96,7 +96,7 @@ def test_shipped_embeddings_fast_equal_reference(real_matrices, model, monkeypat
 
 @pytest.mark.parametrize(("k", "stride", "c_in"), [(5, 1, 1), (3, 2, 1), (3, 2, 8), (5, 1, 4)])
 def test_inference_conv_equals_reference(real_matrices, k, stride, c_in, monkeypatch) -> None:
-    monkeypatch.setattr(sparseconv, "PAIRS_PER_BLOCK", 1000)
+    monkeypatch.setattr(kernel_maps, "PAIRS_PER_BLOCK", 1000)
     matrix = real_matrices[0]
     points = matrix_points(matrix)
     gen = torch.Generator().manual_seed(k * 10 + c_in)
@@ -133,7 +133,7 @@ def test_loop_nest_rows_equal_per_config_features() -> None:
 def test_shared_rows_path_on_a_sparse_matrix(monkeypatch) -> None:
     # Mostly isolated points: the first layers run on shared rows, the later ones switch to
     # the blocked path; both must give the reference's embedding.
-    monkeypatch.setattr(sparseconv, "PAIRS_PER_BLOCK", 500)
+    monkeypatch.setattr(kernel_maps, "PAIRS_PER_BLOCK", 500)
     featurizer = shipped_featurizer("spade-spmm")
     matrix = generate("uniform", 30_000, 30_000, nnz=30_000, seed=1)
     points = matrix_points(matrix)
