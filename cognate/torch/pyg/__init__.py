@@ -110,6 +110,9 @@ class _Edges:
     loop_nodes: np.ndarray  # nodes with a self loop
     loop_weights: np.ndarray  # the weight of each one's last loop in the edge list
     weighted: bool  # made with edge_weight (PyG fills missing loops with `fill` only then)
+    # the caller's edge_index (a reference): what a layer falling back to PyG runs on, in the
+    # order of the caller's edge_attr
+    edge_index: torch.Tensor | None = None
 
 
 @dataclass
@@ -124,6 +127,7 @@ class _Adjacency:
     edges: _Edges | None = None  # None: the normalised forms (no edge list behind them)
     normalized: dict[tuple[bool, bool], torch.Tensor] = field(default_factory=dict)
     minmax: Any = None  # minmax.MinMaxCSR, built at the first max / min
+    attention: dict[str, Any] = field(default_factory=dict)  # attention.Pattern per loops
 
     def spmm(self, x: torch.Tensor, reduce: str) -> torch.Tensor | None:
         """``reduce`` of the neighbours' rows of x: sum / mean on the tuned kernels, max / min
@@ -446,6 +450,7 @@ def adjacency(
     counts = np.bincount(targets, minlength=n).astype(np.float32)
     degree = torch.from_numpy(np.maximum(counts, 1.0)).view(-1, 1)
     edges = _edge_semantics(sources, targets, n, weights, csr, edge_weight is not None)
+    edges.edge_index = edge_index
     tensor = _register(csr, degree, tune, f"adj_t-{n}-{csr.nnz}", edges)
     for width in widths:
         tuned(tensor).prepare(width)
@@ -543,8 +548,9 @@ _pyg_gcn_norm: Any = None  # PyG's gcn_norm, set by patch()
 
 def patch() -> None:
     """Route PyG's ``spmm`` and ``gcn_norm`` (every module's imported name) through cognate
-    for cognate adjacencies, and let SAGEConv, GINConv and GraphConv aggregate after their
-    projection on them (project.py); idempotent."""
+    for cognate adjacencies, let SAGEConv, GINConv and GraphConv aggregate after their
+    projection on them (project.py) and run GATConv, GATv2Conv and TransformerConv on
+    cognate's kernels (attention.py); idempotent."""
     global _pyg_spmm, _pyg_gcn_norm
     if _PATCHED:
         return
@@ -562,9 +568,10 @@ def patch() -> None:
             if getattr(module, attr, None) is original:
                 setattr(module, attr, replacement)
                 _PATCHED.append((module, attr, original))
-    from cognate.torch.pyg.project import install
+    from cognate.torch.pyg import attention, project
 
-    _PATCHED.extend(install(_current))  # aggregation after projection (project.py)
+    _PATCHED.extend(project.install(_current))  # aggregation after projection
+    _PATCHED.extend(attention.install(_current))  # GAT, GATv2, TransformerConv
 
 
 def unpatch() -> None:

@@ -1,0 +1,311 @@
+"""Attention layers on cognate's kernels: GATConv, GATv2Conv and TransformerConv.
+
+Each layer is three steps over the edges of A (``adj_t``: row = target i, column = source j):
+
+1. per-edge scores per head: GAT's additive attention ``a_src[j] + a_dst[i]`` and GATv2's
+   ``att . leaky_relu(x_r[i] + x_l[j])`` are gathers (as PyG computes them);
+   TransformerConv's dot product ``q_i . k_j / sqrt(C)`` is an SDDMM at A's pattern
+   (``cognate.torch.sddmm``, the tuned kernel; its backward two tuned SpMMs);
+2. a softmax per target node over its edges (PyG's: the row maximum subtracted, 1e-16 added
+   to the sum), then dropout on it when training;
+3. per head, the SpMM of A's pattern with those values and the source features
+   (``cognate.torch.spmm`` with ``values=``): differentiable in the features (A^T's tuned
+   SpMM) and in the values, whose gradient is the tuned SDDMM ``dY . X^T`` at A's pattern.
+
+Self loops as PyG adds them (GAT / GATv2 ``add_self_loops=True``: A's own loops removed, one
+per node added), heads, ``concat``, ``bias``, ``residual``, TransformerConv's ``beta`` and
+``root_weight`` as PyG. The pattern (with loops or not) is packed and tuned once per
+adjacency and reused by every layer and call. Dropout draws its mask in A's CSR order, not
+the edge list's: the same distribution as PyG's, another sample.
+
+Anything else falls back to PyG's own forward, on the edge list behind the adjacency (its
+duplicates kept: never a wrong answer), with one warning per layer type and reason:
+``edge_dim`` / ``edge_attr``, ``return_attention_weights``, bipartite inputs (a pair of
+feature tensors), ``size``, propagate hooks or an explainer, a graph with duplicated edges
+(PyG's softmax counts each copy). Installed by ``cognate.torch.pyg.patch`` like project.py.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+
+from cognate.matrix import Matrix, canonicalize
+from cognate.torch.operand import TunedSparse
+from cognate.torch.ops import sddmm, spmm
+from cognate.torch.pyg.project import _wrapped
+
+EntryOf = Callable[[Any], Any]
+_HOOKS = (
+    "_propagate_forward_pre_hooks",
+    "_propagate_forward_hooks",
+    "_message_forward_pre_hooks",
+    "_message_forward_hooks",
+    "_aggregate_forward_pre_hooks",
+    "_aggregate_forward_hooks",
+    "_edge_update_forward_pre_hooks",
+    "_edge_update_forward_hooks",
+)
+_WARNED: set[tuple[str, str]] = set()
+
+
+@dataclass
+class Pattern:
+    """A's pattern (unit values) for attention: its TunedSparse and each entry's row and
+    column as torch indices (CSR order)."""
+
+    tuned: TunedSparse
+    rows: torch.Tensor  # int64, the target of each entry
+    cols: torch.Tensor  # int64, the source of each entry
+    ones: torch.Tensor  # float32 ones, one per entry
+
+    @property
+    def n(self) -> int:
+        return self.tuned.shape[0]
+
+
+def pattern(entry: Any, loops: bool) -> Pattern:
+    """The adjacency's pattern (``loops``: A's own loops removed and one per node added, as
+    GAT's ``add_self_loops``), built and tuned once per adjacency."""
+    key = "loops" if loops else "plain"
+    found = entry.attention.get(key)
+    if found is None:
+        csr = sp.csr_matrix(entry.tuned.matrix.csr, dtype=np.float32, copy=True)
+        csr.data[:] = 1.0
+        if loops:
+            csr.setdiag(0.0)
+            csr.eliminate_zeros()
+            csr = csr + sp.identity(csr.shape[0], dtype=np.float32, format="csr")
+        csr = canonicalize(csr)
+        tuned = TunedSparse(Matrix(f"{entry.tuned.matrix.name}-{key}", csr), **entry.tune)
+        rows = np.repeat(np.arange(csr.shape[0], dtype=np.int64), np.diff(csr.indptr))
+        found = Pattern(
+            tuned,
+            torch.from_numpy(rows),
+            torch.from_numpy(csr.indices.astype(np.int64)),
+            torch.ones(csr.nnz, dtype=torch.float32),
+        )
+        entry.attention[key] = found
+    return found
+
+
+def edge_softmax(scores: torch.Tensor, rows: torch.Tensor, n: int) -> torch.Tensor:
+    """Softmax of ``scores`` (edges x heads) over each target's edges, as PyG's ``softmax``:
+    ``exp(s - max) / (sum exp(s - max) + 1e-16)``, the maximum not differentiated."""
+    index = rows.view(-1, 1).expand_as(scores)
+    top = scores.new_zeros((n, scores.shape[1]))
+    top = top.scatter_reduce(0, index, scores.detach(), "amax", include_self=False)
+    out = (scores - top.index_select(0, rows)).exp()
+    total = out.new_zeros((n, scores.shape[1])).index_add_(0, rows, out) + 1e-16
+    return out / total.index_select(0, rows)
+
+
+def aggregate(p: Pattern, alpha: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``out[:, h] = A_h @ x[:, h]`` with A_h's values ``alpha[:, h]`` (edges x heads; x:
+    sources x heads x C): one tuned SpMM per head."""
+    heads = alpha.shape[1]
+    by_head = x.transpose(0, 1).contiguous()  # heads x sources x C: each head contiguous
+    values = alpha.t().contiguous()
+    outs = [spmm(p.tuned, by_head[h], values=values[h]) for h in range(heads)]
+    return torch.stack(outs, dim=1)
+
+
+def dot_scores(p: Pattern, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``q_i . k_j`` on A's entries, per head (edges x heads): one tuned SDDMM per head."""
+    qh, kh = q.transpose(0, 1).contiguous(), k.transpose(0, 1).contiguous()
+    scores = [sddmm(p.tuned, qh[h], kh[h], values=p.ones) for h in range(q.shape[1])]
+    return torch.stack(scores, dim=1)
+
+
+# --- the layers --------------------------------------------------------------------------
+
+
+def _warn(layer: Any, reason: str) -> None:
+    key = (type(layer).__name__, reason)
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(
+            f"cognate.torch.pyg: {key[0]} with {reason} is not on cognate's kernels; it runs"
+            " PyG's own path (same results)",
+            stacklevel=4,
+        )
+
+
+def _unsupported(layer: Any, x: Any, entry: Any, **given: Any) -> str | None:
+    """Why this call cannot run on cognate (None: it can)."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 2:
+        return "bipartite or non-2-D features"
+    for name, value in given.items():
+        if value is not None and value is not False:
+            return name
+    if getattr(layer, "lin_edge", None) is not None or getattr(layer, "edge_dim", None):
+        return "edge_dim"
+    if getattr(layer, "explain", None) or getattr(layer, "decomposed_layers", 1) != 1:
+        return "an explainer or decomposed layers"
+    if any(getattr(layer, hook, None) for hook in _HOOKS):
+        return "propagate hooks"
+    if entry.edges is not None and entry.edges.multi is not None:
+        return "duplicated edges"
+    return None
+
+
+def edge_list(entry: Any) -> torch.Tensor:
+    """The edge list behind an adjacency: the caller's own ``edge_index`` (its duplicates
+    and its order, the order of any ``edge_attr``), else the CSR's entries (source, target):
+    what the fallback gives PyG."""
+    edges = entry.edges
+    if edges is not None and edges.edge_index is not None:
+        return edges.edge_index.long()
+    csr = entry.tuned.matrix.csr
+    rows = np.repeat(np.arange(csr.shape[0], dtype=np.int64), np.diff(csr.indptr))
+    return torch.from_numpy(np.vstack([csr.indices.astype(np.int64), rows]))
+
+
+def _fallback(original: Callable[..., Any]) -> Callable[..., Any]:
+    def run(layer: Any, entry: Any, reason: str, x: Any, *args: Any, **kwargs: Any) -> Any:
+        _warn(layer, reason)
+        return original(layer, x, edge_list(entry), *args, **kwargs)
+
+    return run
+
+
+def _finish(layer: Any, out: torch.Tensor, res: torch.Tensor | None) -> torch.Tensor:
+    out = out.reshape(out.shape[0], -1) if layer.concat else out.mean(dim=1)
+    if res is not None:
+        out = out + res
+    return out if layer.bias is None else out + layer.bias
+
+
+def gat(entry_of: EntryOf, original: Callable[..., Any]) -> Callable[..., Any]:
+    fallback = _fallback(original)
+
+    def forward(
+        layer: Any,
+        x: Any,
+        edge_index: Any,
+        edge_attr: Any = None,
+        size: Any = None,
+        return_attention_weights: Any = None,
+    ) -> Any:
+        entry = entry_of(edge_index)
+        if entry is None:
+            return None
+        reason = _unsupported(
+            layer, x, entry, edge_attr=edge_attr, size=size,
+            return_attention_weights=return_attention_weights,
+        )  # fmt: skip
+        if reason is not None:
+            return fallback(layer, entry, reason, x, edge_attr, size, return_attention_weights)
+        heads, c = layer.heads, layer.out_channels
+        res = layer.res(x) if layer.res is not None else None
+        if layer.lin is not None:
+            x_src = x_dst = layer.lin(x).view(-1, heads, c)
+        else:
+            x_src = layer.lin_src(x).view(-1, heads, c)
+            x_dst = layer.lin_dst(x).view(-1, heads, c)
+        a_src = (x_src * layer.att_src).sum(dim=-1)
+        a_dst = (x_dst * layer.att_dst).sum(dim=-1)
+        p = pattern(entry, layer.add_self_loops)
+        scores = a_src.index_select(0, p.cols) + a_dst.index_select(0, p.rows)
+        scores = F.leaky_relu(scores, layer.negative_slope)
+        alpha = edge_softmax(scores, p.rows, p.n)
+        alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
+        return _finish(layer, aggregate(p, alpha, x_src), res)
+
+    return forward
+
+
+def gatv2(entry_of: EntryOf, original: Callable[..., Any]) -> Callable[..., Any]:
+    fallback = _fallback(original)
+
+    def forward(
+        layer: Any,
+        x: Any,
+        edge_index: Any,
+        edge_attr: Any = None,
+        return_attention_weights: Any = None,
+    ) -> Any:
+        entry = entry_of(edge_index)
+        if entry is None:
+            return None
+        reason = _unsupported(
+            layer, x, entry, edge_attr=edge_attr,
+            return_attention_weights=return_attention_weights,
+        )  # fmt: skip
+        if reason is not None:
+            return fallback(layer, entry, reason, x, edge_attr, return_attention_weights)
+        heads, c = layer.heads, layer.out_channels
+        res = layer.res(x) if layer.res is not None else None
+        x_l = layer.lin_l(x).view(-1, heads, c)
+        x_r = x_l if layer.share_weights else layer.lin_r(x).view(-1, heads, c)
+        p = pattern(entry, layer.add_self_loops)
+        z = x_r.index_select(0, p.rows) + x_l.index_select(0, p.cols)
+        z = F.leaky_relu(z, layer.negative_slope)
+        alpha = edge_softmax((z * layer.att).sum(dim=-1), p.rows, p.n)
+        alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
+        return _finish(layer, aggregate(p, alpha, x_l), res)
+
+    return forward
+
+
+def transformer(entry_of: EntryOf, original: Callable[..., Any]) -> Callable[..., Any]:
+    fallback = _fallback(original)
+
+    def forward(
+        layer: Any,
+        x: Any,
+        edge_index: Any,
+        edge_attr: Any = None,
+        return_attention_weights: Any = None,
+    ) -> Any:
+        entry = entry_of(edge_index)
+        if entry is None:
+            return None
+        reason = _unsupported(
+            layer, x, entry, edge_attr=edge_attr,
+            return_attention_weights=return_attention_weights,
+        )  # fmt: skip
+        if reason is not None:
+            return fallback(layer, entry, reason, x, edge_attr, return_attention_weights)
+        heads, c = layer.heads, layer.out_channels
+        query = layer.lin_query(x).view(-1, heads, c)
+        key = layer.lin_key(x).view(-1, heads, c)
+        value = layer.lin_value(x).view(-1, heads, c)
+        p = pattern(entry, loops=False)
+        alpha = edge_softmax(dot_scores(p, query, key) / math.sqrt(c), p.rows, p.n)
+        alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
+        out = aggregate(p, alpha, value)
+        out = out.reshape(out.shape[0], -1) if layer.concat else out.mean(dim=1)
+        if layer.root_weight:
+            x_r = layer.lin_skip(x)
+            if layer.lin_beta is not None:
+                beta = layer.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()
+                out = beta * x_r + (1 - beta) * out
+            else:
+                out = out + x_r
+        return out
+
+    return forward
+
+
+def install(entry_of: EntryOf) -> list[tuple[Any, str, Any]]:
+    """Replace the forwards of GATConv, GATv2Conv and TransformerConv; returns (class,
+    "forward", PyG's original) for each, for ``unpatch``."""
+    from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv
+
+    done = []
+    for cls, make in ((GATConv, gat), (GATv2Conv, gatv2), (TransformerConv, transformer)):
+        original = cls.__dict__["forward"]
+        if getattr(original, "__cognate_projection__", False):
+            continue
+        cls.forward = _wrapped(original, make(entry_of, original))
+        done.append((cls, "forward", original))
+    return done
