@@ -57,8 +57,9 @@ from cognate.bench.provenance import model_data  # noqa: E402
 from cognate.matrix import Matrix, canonicalize  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
 
-MODELS = ("gcn", "sage", "gin", "sage-max")
-DEFAULT_MODELS = ("gcn", "sage", "gin")
+MODELS = ("gcn", "sage", "gin", "sage-max", "gat", "transformer")
+DEFAULT_MODELS = ("gcn", "sage", "gin", "gat", "transformer")
+HEADS = 4  # GAT / TransformerConv: 4 heads of hidden / 4 channels, concatenated
 PYG_BACKENDS = ("edge_index", "csr", "EdgeIndex")
 BACKENDS = ("cognate", *PYG_BACKENDS)
 REAL_MIN_NNZ = 100_000
@@ -86,6 +87,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--reuse-choices", action="store_true", help="keep remembered choices")
     p.add_argument("--threads", type=int, help="OMP_NUM_THREADS / MKL_NUM_THREADS")
     p.add_argument("--seed", type=int, default=0, help="graphs, weights, features (0)")
+    p.add_argument("--loader", action="store_true",
+                   help="mini-batch training (NeighborLoader's batches) on generated power-law"
+                   " graphs of --synth-edges entries instead of full-batch epochs")  # fmt: skip
+    p.add_argument("--batch-size", type=int, default=1024, help="--loader: seed nodes (1024)")
+    p.add_argument("--fanout", type=int, nargs="+", default=[10, 10],
+                   help="--loader: sampled in-neighbours per hop (10 10)")  # fmt: skip
     p.add_argument("--json", help="write the rows to this file")
     p.add_argument("--report", nargs="+", metavar="JSON",
                    help="print the report of earlier runs' --json files together; run nothing")  # fmt: skip
@@ -111,20 +118,26 @@ def graphs(args: argparse.Namespace) -> list[Matrix]:
 
 
 def make_model(kind: str, args: argparse.Namespace) -> torch.nn.Module:
-    from torch_geometric.nn import GCNConv, GINConv, SAGEConv
+    from torch_geometric.nn import GATConv, GCNConv, GINConv, SAGEConv, TransformerConv
 
     def gin(i: int, o: int) -> GINConv:
         mlp = torch.nn.Sequential(torch.nn.Linear(i, o), torch.nn.ReLU(), torch.nn.Linear(o, o))
         return GINConv(mlp)
 
     make = {
-        "gcn": lambda i, o: GCNConv(i, o, cached=True),  # PyG's recommended caching
+        # PyG's recommended caching, full-batch only: a cached layer keeps the first graph
+        "gcn": lambda i, o: GCNConv(i, o, cached=not args.loader),
         "sage": lambda i, o: SAGEConv(i, o, aggr="mean"),
         "sage-max": lambda i, o: SAGEConv(i, o, aggr="max"),
         "gin": gin,
-    }[kind]
+    }.get(kind)
     torch.manual_seed(args.seed)
-    return _Net(make(args.features, args.hidden), make(args.hidden, args.classes))
+    if make is not None:
+        return _Net(make(args.features, args.hidden), make(args.hidden, args.classes))
+    layer = GATConv if kind == "gat" else TransformerConv
+    heads = HEADS if args.hidden % HEADS == 0 else 1
+    first = layer(args.features, args.hidden // heads, heads=heads)  # concatenated heads
+    return _Net(first, layer(args.hidden, args.classes, heads=1))
 
 
 class _Net(torch.nn.Module):
@@ -157,8 +170,8 @@ def adjacencies(edge_index: torch.Tensor, n: int, args: argparse.Namespace) -> d
 
 def _forget(edge_index: torch.Tensor, n: int) -> None:
     """Forget remembered choices of the adjacency and its GCN-normalised form."""
-    from cognate.torch.pyg import gcn_normalized
     from cognate.torch import choices
+    from cognate.torch.pyg import gcn_normalized
 
     index = edge_index.numpy()
     ones = np.ones(index.shape[1], dtype=np.float32)
@@ -187,6 +200,17 @@ def rel(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((got.double() - want.double()).norm() / want.double().norm().clamp_min(1e-30))
 
 
+def grad_error(grads: list[torch.Tensor], want: list[torch.Tensor]) -> float:
+    """The largest relative gradient error, a gradient's norm floored at 1e-3 of the largest
+    one's (a gradient that is zero in real arithmetic, TransformerConv's key bias under the
+    softmax, is rounding noise on every backend)."""
+    floor = 1e-3 * max(float(w.double().norm()) for w in want)
+    return max(
+        float((g.double() - w.double()).norm()) / max(float(w.double().norm()), floor, 1e-30)
+        for g, w in zip(grads, want, strict=True)
+    )
+
+
 def one_model(kind: str, adjs: dict, x: torch.Tensor, y: torch.Tensor, args) -> dict:
 
     base = make_model(kind, args)
@@ -198,9 +222,7 @@ def one_model(kind: str, adjs: dict, x: torch.Tensor, y: torch.Tensor, args) -> 
     row: dict = {"tune_s": _tuning_s(kind, adjs["cognate"])}
     want_loss, want_grads, _ = first["edge_index"]
     for name, (loss, grads, _) in first.items():
-        error = max(
-            [rel(loss, want_loss)] + [rel(g, w) for g, w in zip(grads, want_grads, strict=True)]
-        )
+        error = max([rel(loss, want_loss), grad_error(grads, want_grads)])
         if error > TOL:
             row["check"] = f"mismatch: {name} differs from edge_index by {error:.1e}"
             return row
@@ -217,6 +239,8 @@ def one_model(kind: str, adjs: dict, x: torch.Tensor, y: torch.Tensor, args) -> 
                 epochs[name]()
                 samples[name].append(time.perf_counter() - start)
     row["epoch_ms"] = {n: float(np.median(s)) * 1e3 for n, s in samples.items()}
+    row["dense_ms"] = _dense_ms(base, x, y, args)
+    row["aggregation_ms"] = {n: ms - row["dense_ms"] for n, ms in row["epoch_ms"].items()}
     row["spread_ms"] = {n: [min(s) * 1e3, max(s) * 1e3] for n, s in samples.items()}
     fastest = min(PYG_BACKENDS, key=lambda n: row["epoch_ms"][n])
     cog = row["epoch_ms"]["cognate"]
@@ -225,6 +249,25 @@ def one_model(kind: str, adjs: dict, x: torch.Tensor, y: torch.Tensor, args) -> 
     saved = (row["epoch_ms"][fastest] - cog) / 1e3
     row["break_even_epochs"] = int(np.ceil(row["tune_s"] / saved)) if saved > 0 else None
     return row
+
+
+def _dense_ms(base: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, args) -> float:
+    """The epoch without the graph: the same model on an edge list without edges (its dense
+    layers, loss, backward and Adam step, which every backend runs alike). A backend's
+    epoch minus this is its aggregation's own time, forward and backward (attention: the
+    scores, the softmax and the weighted SpMM)."""
+    empty = torch.zeros((2, 0), dtype=torch.int64)
+    epoch = trainer(copy.deepcopy(base), x, y, empty)
+    samples = []
+    for _ in range(args.rounds):
+        time.sleep(args.pause)
+        for _ in range(args.warmup):
+            epoch()
+        for _ in range(args.epochs):
+            start = time.perf_counter()
+            epoch()
+            samples.append(time.perf_counter() - start)
+    return float(np.median(samples)) * 1e3
 
 
 def _tuning_s(kind: str, adj_t) -> float:
@@ -275,12 +318,23 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
                 f" {m['epoch_ms'][b]:7.1f} ({m['spread_ms'][b][1] - m['spread_ms'][b][0]:4.1f})"
                 for b in BACKENDS
             )
+            if "aggregation_ms" in m:  # runs before the aggregation column existed lack it
+                agg = m["aggregation_ms"]
+                fastest = agg[m["fastest_pyg"]]
+                cells += (
+                    f"  [aggregation: cognate {agg['cognate']:.1f} ms, {m['fastest_pyg']}"
+                    f" {fastest:.1f} ms, {fastest / max(agg['cognate'], 1e-9):.2f}x;"
+                    f" dense {m['dense_ms']:.1f} ms]"
+                )
             be = m["break_even_epochs"]
             print(
                 f"{head} {m['tune_s']:7.2f}{cells} {m['speedup']:9.2f}x"
                 f" {'never' if be is None else be:>10}  ({m['fastest_pyg']} fastest PyG)"
             )
-    print("(per backend: median epoch ms and, in brackets, the max-min spread)")
+    print(
+        "(per backend: median epoch ms and, in brackets, the max-min spread; aggregation ="
+        " epoch - dense, dense = the same epoch on a graph without edges)"
+    )
     for kind in args.models:
         good = [r for r in rows if r["models"].get(kind, {}).get("check") == "ok"]
         ratios = [r["models"][kind]["speedup"] for r in good]
@@ -315,6 +369,151 @@ def report_files(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- mini-batches (--loader) ----------------------------------------------------------------
+
+
+def sampled_batches(edge_index: torch.Tensor, n: int, args: argparse.Namespace) -> list:
+    """One epoch of NeighborLoader's batches (seed nodes shuffled, ``--fanout`` in-neighbours
+    per hop, seeds first, edges renumbered locally): PyG's NeighborLoader when pyg-lib or
+    torch-sparse is installed, else the same sampling in numpy (per node, ``fanout`` draws
+    among its in-neighbours, duplicates dropped). Sampled once, before any timing: every
+    backend trains on the same batches. Each batch: (edge_index, nodes, batch size, ids)."""
+    try:
+        from torch_geometric.data import Data
+        from torch_geometric.loader import NeighborLoader
+
+        data = Data(edge_index=edge_index, num_nodes=n, n_id=torch.arange(n))
+        loader = NeighborLoader(
+            data, num_neighbors=args.fanout, batch_size=args.batch_size, shuffle=True
+        )
+        return [(b.edge_index, b.num_nodes, b.batch_size, b.n_id) for b in loader]
+    except ImportError:
+        pass
+    rng = np.random.default_rng(args.seed)
+    src, dst = edge_index.numpy()
+    order = np.argsort(dst, kind="stable")
+    sources = src[order]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
+    local = np.full(n, -1, dtype=np.int64)
+    batches = []
+    for seeds in np.array_split(rng.permutation(n), max(1, -(-n // args.batch_size))):
+        nodes = [seeds]
+        local[seeds] = np.arange(seeds.size)
+        count, frontier, kept = seeds.size, seeds, []
+        for fanout in args.fanout:
+            targets = np.repeat(frontier, fanout)
+            degree = indptr[targets + 1] - indptr[targets]
+            targets, degree = targets[degree > 0], degree[degree > 0]
+            picked = sources[indptr[targets] + (rng.random(targets.size) * degree).astype(np.int64)]
+            pairs = np.unique(np.stack([picked, targets]), axis=1)
+            fresh = np.unique(pairs[0][local[pairs[0]] < 0])
+            local[fresh] = count + np.arange(fresh.size)
+            count += fresh.size
+            nodes.append(fresh)
+            kept.append(local[pairs])
+            frontier = fresh
+        ids = np.concatenate(nodes)
+        batches.append((torch.from_numpy(np.concatenate(kept, 1)), count, seeds.size,
+                        torch.from_numpy(ids)))  # fmt: skip
+        local[ids] = -1
+    return batches
+
+
+def loader_epoch(model: torch.nn.Module, batches: list, x, y, backend: str) -> Callable:
+    """One epoch over every batch for ``backend``: the batch's adjacency built as its users
+    build it (cognate: ``adjacency(..., schedule="baseline")``, no tuning; csr: PyG's
+    ``ToSparseTensor``; edge_index: as sampled), then forward, loss on the seeds, backward,
+    Adam step. Returns the first batch's loss and gradients."""
+    import torch_geometric.transforms as T
+    from torch_geometric.data import Data
+
+    import cognate.torch.pyg
+
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+
+    def adjacency(edge_index: torch.Tensor, nodes: int) -> object:
+        if backend == "cognate":
+            return cognate.torch.pyg.adjacency(edge_index, nodes, schedule="baseline")
+        if backend == "csr":
+            data = Data(edge_index=edge_index, num_nodes=nodes)
+            return T.ToSparseTensor(layout=torch.sparse_csr)(data).adj_t
+        return edge_index
+
+    def epoch() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        first = None
+        for edge_index, nodes, size, ids in batches:
+            opt.zero_grad(set_to_none=True)
+            out = model(x[ids], adjacency(edge_index, nodes))[:size]
+            loss = torch.nn.functional.cross_entropy(out, y[ids[:size]])
+            loss.backward()
+            if first is None:
+                first = (loss.detach(), [p.grad.clone() for p in model.parameters()])
+            opt.step()
+        return first
+
+    return epoch
+
+
+def loader_main(args: argparse.Namespace) -> int:
+    from cognate.torch.pyg import undirected_edges
+
+    backends = ("cognate", "edge_index", "csr")
+    ok = True
+    rows = []
+    for matrix in generated_graphs(args.synth_edges, ("powerlaw",), seed=args.seed):
+        edge_index, n = undirected_edges(matrix)
+        gen = torch.Generator().manual_seed(args.seed)
+        x = torch.randn(n, args.features, generator=gen)
+        y = torch.randint(0, args.classes, (n,), generator=gen)
+        start = time.perf_counter()
+        batches = sampled_batches(edge_index, n, args)
+        sample_s = time.perf_counter() - start
+        for kind in args.models:
+            base = make_model(kind, args)
+            epochs = {b: loader_epoch(copy.deepcopy(base), batches, x, y, b) for b in backends}
+            first = {b: epochs[b]() for b in backends}  # the check epoch (compiles, warms)
+            want_loss, want_grads = first["edge_index"]
+            error = max(
+                max(rel(first[b][0], want_loss), grad_error(first[b][1], want_grads))
+                for b in backends
+            )
+            row = {"graph": matrix.name, "nodes": n, "edges": int(edge_index.shape[1]),
+                   "model": kind, "batches": len(batches), "sample_s": sample_s}  # fmt: skip
+            if error > TOL:
+                row["check"] = f"mismatch {error:.1e}"
+                ok = False
+            else:
+                row["check"] = "ok"
+                samples: dict[str, list[float]] = {b: [] for b in backends}
+                for r in range(args.rounds):
+                    for b in backends[r % len(backends) :] + backends[: r % len(backends)]:
+                        time.sleep(args.pause)
+                        begin = time.perf_counter()
+                        epochs[b]()
+                        samples[b].append(time.perf_counter() - begin)
+                row["epoch_s"] = {b: float(np.median(v)) for b, v in samples.items()}
+                fastest = min(("edge_index", "csr"), key=lambda b: row["epoch_s"][b])
+                row["fastest_pyg"] = fastest
+                row["speedup"] = row["epoch_s"][fastest] / row["epoch_s"]["cognate"]
+            rows.append(row)
+            cells = (
+                "  ".join(f"{b} {row['epoch_s'][b]:.2f} s" for b in backends)
+                if row["check"] == "ok"
+                else row["check"]
+            )
+            speed = f"  {row['speedup']:.2f}x vs {row['fastest_pyg']}" if "speedup" in row else ""
+            print(
+                f"{matrix.name:18s} {kind:12s} {n:9d} nodes {row['edges']:10d} edges"
+                f" {len(batches):5d} batches  epoch: {cells}{speed}",
+                flush=True,
+            )
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0 if ok else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.report:
@@ -335,6 +534,8 @@ def main(argv: list[str] | None = None) -> int:
         f" epochs per backend",
         flush=True,
     )
+    if args.loader:
+        return loader_main(args)
     rows = run_rows(graphs(args), lambda matrix: one_graph(matrix, args), args.json)
     report(rows, args)
     ok = all(m["check"] == "ok" for r in rows for m in r["models"].values())

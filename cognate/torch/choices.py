@@ -45,6 +45,9 @@ class TuneOptions:
     seed: int | None = None
     threads: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # "baseline": no ranking, the space's baseline schedule (WACO's FixedCSR) at every width:
+    # what a matrix used once (a mini-batch's sampled adjacency) runs, chosen in microseconds
+    schedule: str | None = None
 
     def model_key(self, op: str) -> str | None:
         """The model's identity in cache keys (None: a CostModel object, not cached on disk)."""
@@ -63,13 +66,16 @@ class Choice:
     """One schedule choice: the config, where it came from, and the seconds it took."""
 
     config: Config
-    source: str  # memo | cache | store | ranked | verified
+    source: str  # memo | cache | store | ranked | verified | baseline
     seconds: float
 
 
 def choose(matrix: Matrix, op: str, width: int, options: TuneOptions) -> Choice:
     """The schedule of ``op`` at ``width`` for ``matrix`` (see the module docstring)."""
     start = time.perf_counter()
+    if options.schedule == "baseline":
+        baseline = _space(options.target, op).baseline(matrix.shape)
+        return Choice(baseline, "baseline", time.perf_counter() - start)
     keys = _keys(matrix, op, width, options)
     for key in keys:
         if key in _MEMO:

@@ -48,6 +48,7 @@ from cognate.torch.order import NODE_ORDERS, NodeOrder, choose_node_order, node_
 from cognate.util import positive_int
 
 TRANSPOSES = ("reuse", "tune")
+SCHEDULES = (None, "baseline")  # None: tuned; "baseline": the space's baseline, no ranking
 
 
 @dataclass
@@ -103,6 +104,11 @@ class TunedSparse(SparseOperand):
     operands in the order: ``ts.to_order(X)`` in, ``ts.from_order(Y)`` out (identity functions
     without an order). ``order_seconds``: "auto"'s medians per candidate (else None).
 
+    ``schedule``: None (tuned as above) or "baseline": every op and width runs the space's
+    baseline schedule (WACO's FixedCSR), nothing ranked: for a matrix used once or a few
+    times (a mini-batch's sampled adjacency); its compiled kernel is shared by every matrix
+    at that width (the kernel cache is per source).
+
     ``tuning_s`` is the time spent choosing schedules and packing/compiling (and the node
     order), ``choices`` what each (op, side, width) runs and where its choice came from.
     """
@@ -121,6 +127,7 @@ class TunedSparse(SparseOperand):
         seed: int | None = None,
         threads: int | None = None,
         order: str | None = None,
+        schedule: str | None = None,
     ) -> None:
         if target != "cpu":
             raise CognateError(
@@ -132,7 +139,14 @@ class TunedSparse(SparseOperand):
                 f"transpose must be one of {', '.join(TRANSPOSES)}, got {transpose!r}"
             )
         self.matrix = as_operand_matrix(A)
-        self.options = TuneOptions(target, model, verify, store, candidates, seed, threads)
+        if schedule not in SCHEDULES:
+            raise CognateError(
+                f"schedule must be one of {', '.join(map(str, SCHEDULES))}, got"
+                f" {repr(schedule)[:40]}"
+            )
+        self.options = TuneOptions(
+            target, model, verify, store, candidates, seed, threads, schedule=schedule
+        )
         self.node_order: NodeOrder | None = None
         self.order_seconds: dict[str, float] | None = None
         self.tuning_s = 0.0
@@ -156,7 +170,7 @@ class TunedSparse(SparseOperand):
         self._transposed: tuple[Matrix, np.ndarray] | None = None
         self._pattern: Matrix | None = None
         self.choices: dict[tuple[str, str, int], Choice] = {}
-        self._symmetric = self._check_symmetric()
+        self._symmetry: tuple[bool, bool] | None = None  # (pattern, values): on first need
         self.handle = register(self)
         for width in widths:
             self.prepare(width, sddmm=requires_grad)
@@ -197,6 +211,15 @@ class TunedSparse(SparseOperand):
     def from_order(self, y: Any) -> Any:
         """Rows in ``node_order`` back to A's numbering (``y`` itself without an order)."""
         return y if self.node_order is None else self.node_order.from_order(y)
+
+    @property
+    def _symmetric(self) -> tuple[bool, bool]:
+        """(pattern symmetric, values symmetric too), found at the first need of A^T: a
+        matrix whose backward never runs (inference, a mini-batch without grad) never
+        builds A^T."""
+        if self._symmetry is None:
+            self._symmetry = self._check_symmetric()
+        return self._symmetry
 
     def _check_symmetric(self) -> tuple[bool, bool]:
         """(pattern symmetric, values symmetric too)."""
@@ -344,7 +367,7 @@ class TunedSparse(SparseOperand):
         """Scatter ``values`` into the kernel's layout unless it holds them already."""
         initial, version = self._initial
         orientation = side
-        if values is initial and values._version == version and self._symmetric[1]:
+        if side == "T" and values is initial and values._version == version and self._symmetric[1]:
             orientation = "A"  # a symmetric A's own values are A^T's: no reload between them
         held = self._loaded.get(id(prepared.kernel))
         if held is not None and held[0] is values and held[1:] == (values._version, orientation):

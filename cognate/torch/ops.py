@@ -73,6 +73,9 @@ def _spmm_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     x, values, handle, transpose = inputs
     ctx.save_for_backward(x, values)
     ctx.handle, ctx.transpose = handle, transpose
+    # the backward needs the operand: keep it alive while the graph lives (the registry holds
+    # it weakly; a temporary one, e.g. a mini-batch's adjacency, is otherwise gone by then)
+    ctx.operand = _OPERANDS.get(handle)
 
 
 def _spmm_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
@@ -92,6 +95,7 @@ def _sddmm_setup(ctx: Any, inputs: tuple[Any, ...], output: Any) -> None:
     x, y, handle = inputs
     ctx.save_for_backward(x, y)
     ctx.handle = handle
+    ctx.operand = _OPERANDS.get(handle)  # alive for the backward (see _spmm_setup)
 
 
 def _sddmm_backward(ctx: Any, grad: torch.Tensor) -> tuple[Any, ...]:
