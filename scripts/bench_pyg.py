@@ -29,9 +29,32 @@ undirected graph: the symmetrised pattern without self loops (a rectangular matr
 bipartite graph). The output says which graphs' matrices the shipped cpu SpMM model saw in
 training or validation (in-sample).
 
+Models (``--models``): gcn, sage (mean), gin (sum), sage-max, gat (GATConv, 4 heads of
+hidden / 4 channels concatenated, then 1 head), transformer (TransformerConv, the same
+heads). Beside each epoch: the aggregation's own time (forward + backward) per backend, the
+epoch minus the "dense" epoch (the same model on a graph without edges: its linear layers,
+loss, backward and Adam step, common to every backend).
+
+``--loader``: mini-batch training as NeighborLoader runs it (``--batch-size`` seeds,
+``--fanout`` in-neighbours per hop; PyG's NeighborLoader when pyg-lib / torch-sparse is
+installed, else the same sampling in numpy) on generated power-law graphs of
+``--synth-edges`` entries: one epoch = every batch, each backend building each batch's
+adjacency as its users do (cognate: ``adjacency(..., schedule="baseline")``, no tuning;
+csr: ``ToSparseTensor``; edge_index as sampled); the batches are sampled once, before timing.
+
     python scripts/bench_pyg.py --quick                  # one small generated graph
     python scripts/bench_pyg.py --graphs real --json real.json
     python scripts/bench_pyg.py --graphs synth --json synth.json
+
+The quiet run for issue 59 (figures go to docs/torch.md; nothing else may run on the host):
+
+    python scripts/bench_pyg.py --graphs real --only Groebner arrow pushpull bcsstk38 nemspmm1 \
+        --models gcn sage gin sage-max gat transformer --json A.json
+    python scripts/bench_pyg.py --only Trec6 c-46 cavity24 stokes64s powerlaw road \
+        --models gcn sage gin sage-max gat transformer --json B.json
+    python scripts/bench_pyg.py --report A.json B.json
+    python scripts/bench_pyg.py --loader --synth-edges 1000000 5000000 \
+        --models gcn sage gin gat --rounds 2 --json loader.json
 """
 
 from __future__ import annotations
