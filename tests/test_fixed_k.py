@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 from cognate.errors import CognateError
-from cognate.evaluate import harness, report
+from cognate.evaluate import harness, report, verdicts
 from cognate.evaluate.preset import load_experiment
 from cognate.store import Store
 
@@ -147,8 +147,8 @@ def test_fixed_k_rows_pair_with_learned_rows_of_the_same_draws(
         for r in fixed
     ]
     harness.check_fixed_k_pairing(learned, fixed)
-    rows = report.summarize(fixed + learned, n_boot=200)
-    comparison = report.fixed_k_comparison(rows, n_boot=200)
+    rows = verdicts.summarize(fixed + learned, n_boot=200)
+    comparison = verdicts.fixed_k_comparison(rows, n_boot=200)
     assert [c["k"] for c in comparison] == [1, 3, 5]
     for c in comparison:
         assert c["TL_top1"]["mean"] == pytest.approx(1.1) and c["TL_top1"]["low"] > 1.09
@@ -156,7 +156,7 @@ def test_fixed_k_rows_pair_with_learned_rows_of_the_same_draws(
         assert "NT_top1" not in c  # no NT rows: no claim
     table = report.fixed_k_table(comparison)
     assert table.count("\n") == 4 and "1.100x [1.100x, 1.100x]" in table
-    assert any("**Yes**" in line for line in report.fixed_k_answers(comparison))
+    assert any("**Yes**" in line for line in verdicts.fixed_k_answers(comparison))
     # another draw for one cell: the comparison would not be paired, so the run stops
     other = sorted(set(data.names(data.train)) - set(learned[0]["finetune_matrices"]))
     learned[0]["chosen"] = {"finetune_matrices": other[: learned[0]["k"]]}
