@@ -34,6 +34,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from cognate.bench.corpus import shared_matrices  # noqa: E402
+from cognate.bench.stream import stream_triad_gbs  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
 from cognate.targets.cpu.families import TooLarge  # noqa: E402
@@ -41,7 +42,6 @@ from cognate.targets.cpu.measure.check import dense_operands, mismatch, referenc
 from cognate.targets.cpu.measure.runner import CpuRunner  # noqa: E402
 from cognate.targets.cpu.pipeline import PreparedKernel, prepare_kernel  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
-from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402
 
 console = Console(width=200)
 warnings.filterwarnings("ignore", message="Sparse (invariant checks|CSR tensor support)")

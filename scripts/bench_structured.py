@@ -52,7 +52,7 @@ from cognate.synth import LAYER_SHAPES, LAYER_SPARSITIES, STRUCTURED_KINDS, gene
 from cognate.targets.cpu.measure import library  # noqa: E402
 from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
 from cognate.targets.cpu.measure.runner import CpuRunner  # noqa: E402
-from cognate.targets.cpu.run import prepare_kernel  # noqa: E402
+from cognate.targets.cpu.pipeline import prepare_kernel  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
 
 console = Console(width=220)

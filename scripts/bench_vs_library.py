@@ -73,12 +73,12 @@ from cognate.bench.corpus import (  # noqa: E402
     shared_matrices,
 )
 from cognate.bench.provenance import OUT_OF_SAMPLE, model_data  # noqa: E402
+from cognate.bench.stream import stream_triad_gbs  # noqa: E402
 from cognate.errors import CognateError  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.stats import geomean  # noqa: E402
 from cognate.targets.cpu.measure import library  # noqa: E402
 from cognate.targets.cpu.measure.check import mismatch, reference  # noqa: E402
-from cognate.targets.cpu.stream import stream_triad_gbs  # noqa: E402
 
 
 def matrices(args: argparse.Namespace) -> list[Matrix]:

@@ -9,6 +9,7 @@ function is an arrow too, one a reader does not see at the top. Imports under
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -233,3 +234,26 @@ def test_no_script_loads_another_script() -> None:
                 names = [node.module]
             wrong += [f"{path.name} imports {n}" for n in names if n.split(".")[0] in siblings]
     assert wrong == []
+
+
+def test_architecture_names_the_same_layers() -> None:
+    """docs/architecture.md's layer list is LAYERS, in order."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    block = text.split("<!-- layers -->")[1].split("<!-- /layers -->")[0]
+    documented = []
+    for line in filter(str.strip, block.splitlines()):
+        names = re.sub(r"\([^)]*\)", "", line.split(".", 1)[1]).replace("\\_", "_")
+        documented.append({n.strip() for n in names.split(",")})
+    assert documented == LAYERS
+
+
+def test_architecture_tree_names_every_cpu_module() -> None:
+    """Every module and folder of cognate/targets/cpu appears in docs/architecture.md's tree."""
+    text = (PACKAGE.parent / "docs" / "architecture.md").read_text()
+    tree = text.split("### The cpu target's code")[1].split("###")[0]
+    cpu = PACKAGE / "targets" / "cpu"
+    names = [p.name for p in cpu.iterdir() if p.suffix == ".py" and p.name != "__init__.py"]
+    names += [f"{p.name}/" for p in cpu.iterdir() if p.is_dir() and p.name != "__pycache__"]
+    names += [p.name for p in (cpu / "families").glob("*.py") if p.name != "__init__.py"]
+    names += [p.name for p in (cpu / "measure").glob("*.py") if p.name != "__init__.py"]
+    assert [n for n in names if n not in tree] == []
