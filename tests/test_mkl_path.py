@@ -69,3 +69,19 @@ def test_the_override_is_refused_once_mkl_is_loaded() -> None:
     env = {k: v for k, v in os.environ.items() if k != library.INTEL_PATH_ENV}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert "refused: MKL's Intel path: MKL is loaded already" in out.stdout
+
+
+@pytest.mark.skipif(not library.intel_path_differs(), reason="MKL's Intel path is the plain one")
+def test_tune_verify_times_mkl_on_its_intel_path_as_its_own_reference(shared) -> None:
+    """On another vendor's CPU, tune --verify's library references hold MKL-IE as users get
+    it and, labelled, MKL-IE on its Intel path (a second process); each names its path."""
+    import cognate
+    from cognate.formats.read import load_matrix
+    from cognate.targets.cpu.measure.verify import INTEL_PATH
+
+    matrix = load_matrix(shared / "matrices" / "suitesparse" / "dwt_878.mtx.gz")
+    result = cognate.tune(matrix, width=16, top_k=1, verify=True, threads=1)
+    assert result.libraries["mkl-ie"]["code_path"] == "def"
+    if _has_avx2():
+        assert result.libraries[INTEL_PATH]["code_path"] in ("avx10", "avx512", "avx2")
+    assert result.libraries[INTEL_PATH]["runtime_s"] > 0

@@ -124,14 +124,38 @@ def _prepare(
     if job.get("library", True):
         found, missing = library_calls(matrix.csr, job["op"], operands, job.get("threads"))
         outcome["library_missing"] = missing
-        for lib in found:
+        for lib in _wanted(job, found):
             run, problem = _prepare_library(lib, ref)
             if run is None:
                 outcome["library_missing"][lib.name] = problem
                 continue
-            outcome["library"][lib.name] = {"inspect_s": lib.inspect_s}
+            outcome["library"][lib.name] = _library_entry(lib)
             calls[f"lib:{lib.name}"] = run
     return calls, outcome
+
+
+def _wanted(job: dict[str, Any], found: list) -> list:
+    """The library references the job asks for (``libraries``: names; absent: all)."""
+    names = job.get("libraries")
+    if names is None:
+        return list(found)
+    # LibraryCall objects (name attribute) or library_makers' (name, make) pairs
+    return [
+        item
+        for item in found
+        if getattr(item, "name", None) in names or (isinstance(item, tuple) and item[0] in names)
+    ]
+
+
+def _library_entry(lib: Any) -> dict[str, Any]:
+    """A library reference's outcome entry: its inspection time, and for MKL the code path
+    it ran (the ISA library it loaded: ``def`` is its generic code)."""
+    entry: dict[str, Any] = {"inspect_s": lib.inspect_s}
+    if lib.name.startswith("mkl"):
+        from cognate.targets.cpu.measure.library import mkl_code_path
+
+        entry["code_path"] = mkl_code_path()
+    return entry
 
 
 def _runtime(name: str) -> str:
@@ -277,7 +301,9 @@ def _run_one_at_a_time(
         tick(len(entries))
         del packs
         if job.get("library", True):
-            for name, make in library_makers(matrix.csr, op, operands, job.get("threads")):
+            for name, make in _wanted(
+                job, library_makers(matrix.csr, op, operands, job.get("threads"))
+            ):
                 try:
                     lib = make()
                 except LIBRARY_ERRORS as exc:
@@ -289,7 +315,7 @@ def _run_one_at_a_time(
                 if run is None:
                     outcome["library_missing"][name] = problem
                 else:
-                    outcome["library"][name] = {"inspect_s": lib.inspect_s}
+                    outcome["library"][name] = _library_entry(lib)
                     timed[f"lib:{name}"] = _time_alone(name, run, first_s, job)
                 del lib, run
     outcome["remeasured"] = []

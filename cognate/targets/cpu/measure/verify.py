@@ -30,6 +30,8 @@ def interleaved_verify(
     library: bool = True,
     timeout_s: float = 1800.0,
     progress: bool = False,
+    libraries: Sequence[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Check and time ``configs`` (and the library references) in interleaved rounds in
     one fresh process; its outcome as a dict.
@@ -37,6 +39,8 @@ def interleaved_verify(
     Its own process: a crashing kernel cannot take the caller down, and the OpenMP / MKL / torch
     thread counts are set before any runtime starts. Raises CognateError when it fails.
     ``progress``: the process writes a line on stderr per config checked and per round timed.
+    ``libraries``: only these references (None: all); ``env``: set in the process's
+    environment (e.g. MKL's code path, which is fixed when MKL loads).
     """
     from cognate.targets.cpu.measure.interleave import save_job_matrix
 
@@ -49,6 +53,7 @@ def interleaved_verify(
             "threads": threads,
             "library": library,
             "progress": progress,
+            "libraries": None if libraries is None else list(libraries),
             "configs": [{"key": c.hash, "knobs": dict(c.knobs)} for c in configs],
         }
         save_job_matrix(matrix, Path(job["npz"]))
@@ -73,7 +78,7 @@ def interleaved_verify(
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 timeout=timeout_s,
-                env=_thread_env(threads),
+                env={**_thread_env(threads), **(env or {})},
                 process_group=0,
             )
         except subprocess.TimeoutExpired:
@@ -125,6 +130,8 @@ def verify(
     found = Verification([], timing, load, list(outcome["remeasured"]))
     found.checked = outcome.get("checked")
     _take_library(found, outcome)
+    if op == "spmm" and "mkl-ie" in found.libraries:
+        _intel_path_reference(found, matrix, width, threads)
     for config in configs:
         got = outcome["configs"][config.hash]
         counters = {"verify": timing, "rounds": got.get("rounds"), "load": load}
@@ -160,11 +167,38 @@ def _sequential(
     return Verification(found, "sequential", load_info, library_error=f"{why}; library not timed")
 
 
+INTEL_PATH = "mkl-ie, Intel path"
+
+
+def _intel_path_reference(
+    found: Verification, matrix: Matrix, width: int, threads: int | None
+) -> None:
+    """On a CPU not made by Intel, MKL runs its generic code unless made to take its Intel
+    path (library.py, ``INTEL_PATH_ENV``): that, the strongest MKL here, is timed in a
+    second process (a process runs one MKL path) as its own labelled reference."""
+    from cognate.targets.cpu.measure.library import INTEL_PATH_ENV, intel_path_differs
+
+    if not intel_path_differs():
+        return
+    try:
+        outcome = interleaved_verify(
+            matrix, "spmm", width, [], threads, libraries=["mkl-ie"], env={INTEL_PATH_ENV: "1"}
+        )
+    except CognateError as exc:
+        found.library_error = "; ".join(filter(None, [found.library_error, f"{INTEL_PATH}: {exc}"]))
+        return
+    entry = outcome["library"].get("mkl-ie") or {}
+    if entry.get("runtime_s"):
+        found.libraries[INTEL_PATH] = {
+            k: entry.get(k) for k in ("runtime_s", "spread_s", "inspect_s", "code_path")
+        }
+
+
 def _take_library(found: Verification, outcome: dict[str, Any]) -> None:
     """The library times of a verify outcome: all of them kept (the caller reports the
     fastest as `library`)."""
     found.libraries = {
-        name: {k: v.get(k) for k in ("runtime_s", "spread_s", "inspect_s")}
+        name: {k: v.get(k) for k in ("runtime_s", "spread_s", "inspect_s", "code_path")}
         for name, v in outcome["library"].items()
         if v.get("runtime_s")
     }
