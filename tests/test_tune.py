@@ -221,8 +221,10 @@ def test_cpu_verify_measures_and_emits_compilable_c(cpu_model, tuned, tmp_path, 
     assert all(c["runtime_s"] > 0 and c["spread_s"] >= 0 for c in ok_cands)
     # Both library references, each checked against scipy and timed in the same rounds;
     # MKL's inspection is reported apart from its per-call time.
+    # (and on a CPU not made by Intel, MKL on its Intel path, test_mkl_path.py)
     libs = got["libraries"]
-    assert set(libs) == {"mkl-ie", "torch.sparse.mm"}, got["library_error"]
+    assert {"mkl-ie", "torch.sparse.mm"} <= set(libs), got["library_error"]
+    assert set(libs) <= {"mkl-ie", "torch.sparse.mm", "mkl-ie, Intel path"}
     assert libs["mkl-ie"]["inspect_s"] > 0 and all(v["runtime_s"] > 0 for v in libs.values())
     assert got["library"] == min(libs, key=lambda n: libs[n]["runtime_s"])
     assert got["library_runtime_s"] == libs[got["library"]]["runtime_s"]
