@@ -4,12 +4,12 @@
 through one argument vector (``ArgvCall``), which pipeline.PreparedKernel holds: the call
 collect's worker, tune --verify and result.kernel all run.
 
-Why an argument vector: ctypes converts every argument on every call (~1.1 us for a kernel's
-19 pointer and integer arguments, ~0.2 us for one; docs/benchmarks.md). So each
-kernel's arguments live in one int64 vector, and a tiny trampoline compiled per signature
+Why an argument vector: ctypes converts every argument on every call, and a kernel takes up
+to 19 pointers and integers (docs/benchmarks.md, "The call path"). So each kernel's arguments
+live in one int64 vector, and a tiny trampoline compiled per signature
 (``cognate_argv_<P>_<I>``: P pointers, then I int64s) unpacks it into the real call. The
 trampoline passes the pointers as ``void *``, exactly what ctypes with ``c_void_p`` argtypes
-passes today (every cpu kernel takes only pointers and int64s). Only the two counts reach the
+passes (every cpu kernel takes only pointers and int64s). Only the two counts reach the
 generated source, and they are checked integers. Written here because neither ctypes nor
 cffi's ABI mode offers a call with pre-converted arguments; an extension module would need
 Python's headers, which a plain install does not have.
@@ -83,7 +83,7 @@ class ArgvCall:
         self._target = ctypes.c_void_p(address)
         self._vector = ctypes.c_void_p(self.argv.ctypes.data)
         # The call itself, arguments bound: calling a partial of a ctypes function skips the
-        # Python frame of a method (~0.1-0.3 us per call).
+        # Python frame of a method (docs/benchmarks.md, "The call path").
         self.run = partial(self._fn, self._target, self._vector)
 
     def set_pointer(self, index: int, address: int) -> None:

@@ -4,7 +4,7 @@ A loop structure is what changes the shape of the loop nest: the op, the loop or
 U/C format of A's four levels, which dense x0 levels are trivial (split 1, so the loop
 disappears and baseline CSR is exactly CSR), and optionally the dense width as a
 compile-time constant (a collection uses one width, so this adds no variants, and a
-constant trip count lets the compiler unroll the vector loop: ~3x at N=32). Splits,
+constant trip count lets the compiler unroll the vector loop; docs/benchmarks.md). Splits,
 dimensions and chunk are runtime arguments, so one compiled library serves many configs.
 
 Nothing but names from the whitelists below reaches the C source: the knobs are checked

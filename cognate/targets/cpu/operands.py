@@ -29,7 +29,7 @@ def check_live_tensor(tensor: Any, what: str) -> None:
 
     Checked before anything reads it: torch's own ``clone`` / ``contiguous`` of such a tensor
     crash too. A freed storage holds 0 bytes (its ``data_ptr()`` is 0), so the size test
-    covers it; ~0.6 us for a contiguous tensor (scripts/bench_call_overhead.py --threading).
+    covers it (its cost per call: docs/reliability.md).
     """
     numel = tensor.numel()
     if numel == 0:

@@ -25,7 +25,7 @@ Algorithm (deterministic, about O(nnz * (hashes + window)), no O(rows^2) pass):
    of highest ``sim`` (exact Jaccard) to the last placed one among the next ``_WINDOW``
    unplaced rows of the presort (ties: earliest in the presort).
 Step 3 is sequential, so it is a small C routine compiled through ``cognate.build`` (a
-Python loop is ~100x slower); no library (scipy, sklearn, datasketch) offers a windowed
+Python loop is far slower); no library (scipy, sklearn, datasketch) offers a windowed
 greedy chaining by a blended similarity, hence written here.
 
 ``cached_cluster_rows(csr, key, blend)`` caches the order on disk under

@@ -2,8 +2,8 @@
 
 ``tune`` and ``collect`` check their top picks against the size limit (20 x nnz entries per
 array, families/base.py) before measuring or returning them. Packing each pick to find out
-costs 32-99 bytes per nonzero and 10-20 s at 10^8 nonzeros, so instead each family's array
-sizes are bounded from the matrix's shape, nnz and row / column statistics:
+would cost a pack's memory and time per pick (docs/benchmarks.md, "Scale"), so instead each
+family's array sizes are bounded from the matrix's shape, nnz and row / column statistics:
 
 - csr (WACO's levels): a U level stores parents x extent positions, a C level one position
   per distinct coordinate prefix among the nonzeros. A prefix's distinct count lies between

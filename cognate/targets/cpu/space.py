@@ -8,12 +8,13 @@ dynamic chunk). The YAML holds the value sets and rule parameters; this module a
 that is not exactly a legal config (wrong types, bools posing as ints, unknown keys, ...).
 
 Configs with a ``family`` knob (DIA, reordered BCSR) are the other kernel families
-(family_space.py); without one a config is WACO's CSR family, exactly as before they existed.
+(family_space.py); without one a config is WACO's CSR family, with the knobs and hash it had
+in the csr-only space versions.
 
 The sampler follows WACO's training-data recipe (its SuperSchedule_Generator scripts and the
 peer data in shared/peers/waco): a third from a block-CSR family, the rest random legal
-orders and formats. It is vectorised with numpy so that tens of thousands of distinct
-candidates for search come in well under a second.
+orders and formats. It is vectorised with numpy so that the tens of thousands of distinct
+candidates a search draws cost little next to the featurizer.
 """
 
 from __future__ import annotations
@@ -230,7 +231,7 @@ class CpuSpace(Space):
         """The canonical Config for ``knobs``; CognateError naming the broken rule otherwise.
 
         A csr-family config has no ``family`` knob (``family: csr`` is dropped), so its
-        canonical knobs and hash are those of the space before the families existed.
+        canonical knobs and hash are those of the csr-only space versions.
         """
         if not isinstance(knobs, Mapping):
             raise self._error(f"knobs must be a mapping, got {type(knobs).__name__}")
@@ -528,8 +529,8 @@ class CpuSpace(Space):
         """WACO's recipe: n // 3 distinct block-CSR configs, then random legal ones, distinct;
         then the DIA and BCSR configs of the YAML's ``sample`` grids legal for ``shape``.
 
-        Deterministic per (seed, shape); the csr part (the first ``n``) is exactly what it was
-        before the families existed, so collecting again measures only the family configs.
+        Deterministic per (seed, shape); the csr part (the first ``n``) is the draw of the
+        csr-only space versions, so collecting again measures only the family configs.
         Fewer than ``n`` csr configs only if that space for this shape is smaller than ``n``.
         """
         return self.sample_csr(n, seed, shape) + self.families.grid(shape, sampled=True)
@@ -547,8 +548,8 @@ class CpuSpace(Space):
         return self._decode(rows)
 
     def candidates(self, n: int, seed: int, shape: tuple[int, int]) -> list[Config]:
-        """The search set: ``sample``'s csr part (tens of thousands in well under 1 s), then
-        every legal family config."""
+        """The search set: ``sample``'s csr part (tens of thousands), then every legal
+        family config."""
         return self.sample_csr(n, seed, shape) + self.families.grid(shape, sampled=False)
 
 

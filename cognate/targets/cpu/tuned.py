@@ -3,8 +3,8 @@
 A is packed and the kernel compiled once per dense width; each call reads the caller's dense
 operands in place and writes into ``out`` (or one fresh array). numpy arrays and torch CPU
 tensors are both accepted, so the kernel drops into a PyTorch layer. Copying B in and C out
-on each call would cost more than the SpMM itself on matrices under ~100k nnz
-(docs/architecture.md, Facts measured here).
+on each call would cost more than the SpMM itself on small matrices (docs/architecture.md,
+Facts measured here).
 """
 
 from __future__ import annotations
@@ -87,14 +87,14 @@ class TunedKernel:
     tensor) whose values are ``out`` (A.nnz float32, in A's CSR order) when given.
     Safe to call from several threads: calls of one kernel run one at a time (a lock around
     the argument vector and the SDDMM slot buffer of a padded layout, both shared between
-    calls; a lock costs 0.2-0.3 us, a fresh argument vector per call ~1.8 us). Each call checks
-    what it is handed (operands.py): shapes, dtype, contiguity, torch tensors' storage live
-    and large enough, and ``out`` sharing no memory with an operand.
+    calls; the lock is far cheaper than a fresh vector per call: docs/reliability.md). Each
+    call checks what it is handed (operands.py): shapes, dtype, contiguity, torch tensors'
+    storage live and large enough, and ``out`` sharing no memory with an operand.
 
-    A call costs about 2 us of Python around the kernel (scripts/bench_call_overhead.py): its
-    arguments live in one vector (``call.ArgvCall``; converting 19 ctypes arguments per
-    call cost ~1.1 us, reading addresses through ``ndarray.ctypes`` 3-5 us), and only the
-    operands' and output's addresses change in it, when the caller passes other arrays.
+    The arguments live in one vector (``call.ArgvCall``), and only the operands' and output's
+    addresses change in it, when the caller passes other arrays: converting every ctypes
+    argument per call would cost more than the Python around the kernel does now
+    (docs/benchmarks.md, "The call path").
     """
 
     def __init__(self, matrix: Matrix, op: str, config: Config, operands: tuple[Any, ...]) -> None:
@@ -262,8 +262,8 @@ class TunedKernel:
         self.call.point_at(addresses)
 
     def _torch_spmm(self, b: Any, out: Any) -> Any:
-        """SpMM on float32 contiguous cpu tensors without a numpy view (``data_ptr`` costs
-        ~0.1 us, ``.numpy()`` a few); None when they are not such tensors."""
+        """SpMM on float32 contiguous cpu tensors without a numpy view (``data_ptr`` is
+        cheaper than ``.numpy()``); None when they are not such tensors."""
         last = self._torch_last
         if (  # the tensors of the last call, still at the same addresses and shapes
             last is not None
@@ -347,8 +347,8 @@ def _plain_tensor(value: Any, torch: Any, shape: tuple[int, ...]) -> bool:
 
 
 def _address(array: np.ndarray) -> int:
-    """The data address of an array (``ndarray.ctypes.data`` costs ~3-5 us; a writable
-    buffer's address through ctypes ~0.5 us)."""
+    """The data address of an array (a writable buffer's address through ctypes is several
+    times cheaper than ``ndarray.ctypes.data``: docs/benchmarks.md, "The call path")."""
     if array.flags.writeable and array.size:
         return ctypes.addressof(ctypes.c_char.from_buffer(array))
     return int(array.ctypes.data)

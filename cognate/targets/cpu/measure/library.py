@@ -3,8 +3,8 @@
 - MKL's inspector-executor SpMM: ``mkl_sparse_s_create_csr`` once, ``mkl_sparse_set_mm_hint``
   + ``mkl_sparse_optimize`` once (the inspection, timed apart and reported, never hidden),
   then ``mkl_sparse_s_mm`` per call into a preallocated C (row-major, beta 0). Called through
-  the ``mkl`` pip package's ``libmkl_rt`` with ctypes (LP64, docs/architecture.md, Facts measured here). sparse_dot_mkl is
-  not used: it rebuilds the handle on every call and skips optimize (1.86x slower).
+  the ``mkl`` pip package's ``libmkl_rt`` with ctypes (LP64). sparse_dot_mkl is not used: it
+  rebuilds the handle on every call and skips optimize (docs/benchmarks.md, The references).
 - torch.sparse.mm on a CSR tensor (int32 indices), and for SDDMM
   torch.sparse.sampled_addmm (MKL has no SDDMM).
 

@@ -98,7 +98,7 @@ def _thread_env(threads: int | None) -> dict[str, str]:
     """The verify process's environment: the caller's, with its thread count. The OpenMP
     wait policy stays the caller's (by default libgomp spins briefly, then sleeps): the
     candidates are timed as the user's own loop will run them, not under a policy that makes
-    every 2-thread call pay a ~30 us thread wake (docs/benchmarks.md)."""
+    every 2-thread call pay a thread wake (docs/architecture.md, Facts measured here)."""
     env = dict(os.environ)
     if threads:
         env["OMP_NUM_THREADS"] = str(int(threads))
