@@ -1,4 +1,5 @@
-"""Row clustering for the bcsr family (docs/architecture.md, Structured sparsity): similar rows next to each other.
+"""Row clustering for the bcsr family (docs/architecture.md, Structured sparsity): similar
+rows next to each other.
 
 ``cluster_rows(csr, blend)`` returns ``order`` (int32, ``order[new_position] = old_row``)
 that places rows with similar column sets consecutively, so that r consecutive rows pack

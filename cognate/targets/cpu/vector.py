@@ -2,12 +2,13 @@
 
 The shipped cost models encode a config without its vector and schedule knobs (the space's
 ``knob_features`` leave them out), so they rank a variant exactly as its base config: the
-model cannot choose among them. So the measurement chooses: for the best-ranked plain CSR SpMM config among the candidates
-(else the baseline), its variants at every vector width this host has from 256 bits up,
-with register tiles that cover the dense width and two unrolls, and its kernel under the two
-schedules that won most often in scripts/bench_space_oracle.py (rows claimed 256 at a time,
-the merge-path nonzero split; all threads, no prefetch), are checked and timed with the
-candidates, and the fastest measured one wins as any candidate does.
+model cannot choose among them. So the measurement chooses: for the best-ranked plain CSR
+SpMM config among the candidates (else the baseline), its variants at every vector width
+this host has from 256 bits up, with register tiles that cover the dense width and two
+unrolls, and its kernel under the two schedules that won most often in
+scripts/bench_space_oracle.py (rows claimed 256 at a time, the merge-path nonzero split; all
+threads, no prefetch), are checked and timed with the candidates, and the fastest measured
+one wins as any candidate does.
 
 ``COGNATE_VECTOR_VARIANTS=0`` turns them off (the kernel of a config without these knobs,
 256-bit, default schedule, is then the only plain CSR kernel timed).
