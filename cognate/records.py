@@ -140,11 +140,12 @@ def runs_per_host(
 ) -> list[MatrixRuns]:
     """One ``MatrixRuns`` per (matrix, width, host), sorted by (matrix, width, host).
 
-    Why per host: two cpu hosts time the same config 1.35x apart, so a label must be a
-    speedup over the same host's baseline for the same matrix. Training pairs are formed
-    within one ``MatrixRuns``, so a ranking pair never mixes two hosts, and no runtime is a
-    median across hosts. A matrix measured on two hosts is two ranking tasks; it still
-    belongs to one split (splits go by matrix). Each matrix file is read once.
+    Why per host: two cpu hosts time the same config differently (docs/architecture.md,
+    Facts measured here), so a label must be a speedup over the same host's baseline for the
+    same matrix. Training pairs are formed within one ``MatrixRuns``, so a ranking pair never
+    mixes two hosts, and no runtime is a median across hosts. A matrix measured on two hosts
+    is two ranking tasks; it still belongs to one split (splits go by matrix). Each matrix
+    file is read once.
     """
     loaded: dict[str, Matrix] = {}
 

@@ -121,9 +121,9 @@ def matrix_scalars(shape: tuple[int, int], nnz: int) -> torch.Tensor:
 def resolve_backend(backend: str) -> str:
     """``auto`` -> $COGNATE_FEATURIZER_BACKEND, else torch; an unusable request is an error.
 
-    Both backends give the same output. torch is the default because training reuses its
-    cached kernel maps and it was the faster one here up to ~100k nnz (MinkowskiEngine won
-    only around 1M nnz; see docs/benchmarks.md), and it is deterministic.
+    Both backends give the same output. torch is the default because it is deterministic
+    and training reuses its cached kernel maps (their speeds: docs/benchmarks.md, tune
+    latency).
     """
     if backend == "auto":
         backend = os.environ.get("COGNATE_FEATURIZER_BACKEND", "torch")

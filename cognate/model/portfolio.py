@@ -1,7 +1,7 @@
 """A model's portfolio: a fixed shortlist of configs it ranks first.
 
-On a space where a few fixed configs are already near the oracle (spade: the best single
-config reaches ~98% of it on held-out matrices), a cost model's top-k over the whole space
+On a space where a few fixed configs are already near the oracle (spade: docs/benchmarks.md,
+The shipped spade models vs non-learned baselines), a cost model's top-k over the whole space
 loses to the greedy fixed k-set of the training matrices: its errors cost more than its
 per-matrix choices gain. A portfolio keeps both: the greedy fixed M-set of the model's
 training matrices (``cognate.evaluate.baselines.greedy_set``), ranked per matrix by the
@@ -14,7 +14,7 @@ Within the portfolio the model's order may be *anchored* to the greedy order: ea
 score gets ``anchor`` times its greedy position added (scores: lower = faster), so the model
 overrides the greedy order only where it predicts a gap wider than the anchor; 0 is the
 model's own order, ``fixed_order`` the greedy order itself (top-1 = the best fixed config).
-Why: with a fixed config at ~98% of the oracle, a model's unconfident reshuffles of the
+Why: with a fixed config that close to the oracle, a model's unconfident reshuffles of the
 portfolio cost its top-1 more than its confident ones gain. M and the anchor are chosen
 together on validation by the product of the geomeans of the top-1 and the best of top-k (both
 matter: top-1 is what an unverified pick gets, top-k what a verified search gets); a tie

@@ -7,12 +7,12 @@ input's tensor stride. A stride-1 layer keeps the input's points; a stride-2 lay
 points are the distinct ``p // 2`` of its input points (MinkowskiEngine's coordinate map).
 
 Why a hand-written backend: MinkowskiEngine does not install from PyPI and spconv is wrong
-on CPU for real matrix sizes (docs/architecture.md, Facts measured here); this one is exact, differentiable and
-plain PyTorch/NumPy (sorted int64 keys; kernel maps from a few sorted searches per layer;
-gather, matmul, ``index_add_`` per offset when training, and a blocked gather / matmul /
-compiled scatter-add for inference). Points are kept in *normalised* grid units (divided
-by the stride). ``reference_pairs`` and ``conv_reference`` are the straightforward versions
-the fast ones are tested against.
+on CPU for real matrix sizes (docs/architecture.md, Facts measured here); this one is exact,
+differentiable and plain PyTorch/NumPy (sorted int64 keys; kernel maps from a few sorted
+searches per layer; gather, matmul, ``index_add_`` per offset when training, and a blocked
+gather / matmul / compiled scatter-add for inference). Points are kept in *normalised* grid
+units (divided by the stride). ``reference_pairs`` and ``conv_reference`` are the
+straightforward versions the fast ones are tested against.
 """
 
 from __future__ import annotations
@@ -45,10 +45,10 @@ BACKENDS: tuple[str, ...] = ("torch", "minkowski")
 class Workspace:
     """Scratch buffers reused across the layers of one inference pass.
 
-    Why: a fresh 100 MB tensor per gather, product and output is paid for in page faults
-    (zeroed pages on first touch); reusing them made a 1M-nnz layer about 2x faster. The
-    outputs alternate between two buffers, so a layer's output stays valid while the next
-    layer reads it, and is overwritten by the layer after that.
+    Why: a fresh large tensor per gather, product and output is paid for in page faults
+    (zeroed pages on first touch; docs/benchmarks.md, tune latency). The outputs alternate
+    between two buffers, so a layer's output stays valid while the next layer reads it, and
+    is overwritten by the layer after that.
     """
 
     def __init__(self) -> None:
@@ -115,14 +115,13 @@ def _conv_inference(
 ) -> torch.Tensor:
     """The same sums without autograd: products per offset, then one sparse row-sum.
 
-    Why scipy's CSR kernel for the sum: ``index_add_`` adds one row at a time (~50 ms for
-    1M rows of 32 here); a CSR [outputs x pairs] 0/1 matrix times the products does the
-    same sums in one compiled pass, about 3x faster, accumulating straight into the
-    bias-filled output. Why blocks of outputs: gathered inputs and products of ~32k pairs
-    stay in cache between the gather, the matmuls and the sum (~25% less time at 1M nnz
-    than whole-layer buffers). With one input channel (the first layer) the products are
-    rows of the weight, so the sum is a sparse [outputs x k*k] matrix times the weight and
-    nothing is gathered.
+    Why scipy's CSR kernel for the sum: ``index_add_`` adds one row at a time; a CSR
+    [outputs x pairs] 0/1 matrix times the products does the same sums in one compiled pass,
+    accumulating straight into the bias-filled output. Why blocks of outputs: gathered inputs
+    and products of a block stay in cache between the gather, the matmuls and the sum
+    (figures: docs/benchmarks.md, tune latency). With one input channel (the first layer)
+    the products are rows of the weight, so the sum is a sparse [outputs x k*k] matrix times
+    the weight and nothing is gathered.
     """
     n_out, c_out = len(kernel_map.out_points), weight.shape[2]
     w = weight.detach()

@@ -15,9 +15,10 @@ columns (the target's own knobs, z) are copied only when the source was trained 
 same space (same autoencoder, so the same latent meaning); across targets they start at
 zero, even when both latents are 64-d autoencoder codes: the cpu autoencoder's latent
 dimensions mean nothing in the spade autoencoder's code, so copied weights would make the
-zero-shot model read noise. Zero columns make it ignore the target's own knobs instead. The normalisation of the homogeneous slot stays the source's when the
-slot holds loop-nest images (mappers cognate and random: the same vocabulary), and is
-recomputed on the target's configs otherwise (no runtimes are used for it).
+zero-shot model read noise. Zero columns make it ignore the target's own knobs instead.
+The normalisation of the homogeneous slot stays the source's when the slot holds loop-nest
+images (mappers cognate and random: the same vocabulary), and is recomputed on the target's
+configs otherwise (no runtimes are used for it).
 """
 
 from __future__ import annotations
