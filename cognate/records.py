@@ -85,7 +85,7 @@ def runs_from_frame(
 def _configs_the_space_takes(frame: pd.DataFrame, space: Space) -> pd.DataFrame:
     """``frame`` without records whose config ``space`` refuses (a store written before
     ``data import`` checked configs may hold some), with one warning line counting them:
-    one bad record no longer makes the whole store unusable."""
+    one bad record does not make the whole store unusable."""
     import sys
 
     from cognate.progress import plural

@@ -1,7 +1,8 @@
 """The quiet-machine protocol for wall-clock timings (cpu collect, tune --verify, benches).
 
-Two 2-thread kernels timed at once, or one timed beside a busy job, slow 10-40x on a small
-machine and the record becomes a label of what ran beside it. So:
+Two 2-thread kernels timed at once, or one timed beside a busy job, slow down many times
+over on a small machine (docs/architecture.md, Facts measured here), and the record becomes
+a label of what ran beside it. So:
 
 - ``timing_lock()``: a machine-wide exclusive lock (``flock`` on one file under /tmp, not
   under a user's cache, so every cognate process on the machine sees the same lock) held

@@ -148,9 +148,9 @@ def with_portfolio(
 
 
 def same_config(a: Config, b: Config) -> bool:
-    """``a == b``, cheaply: Config equality hashes its canonical JSON (sha256), so a plain
-    scan of 20k candidates cost ~0.3 s; equal configs have equal knob dicts, so comparing
-    those first skips the hashing for all but the matches."""
+    """``a == b``, cheaply: Config equality hashes its canonical JSON (sha256), a cost
+    that adds up over a scan of tens of thousands of candidates; equal configs have equal
+    knob dicts, so comparing those first skips the hashing for all but the matches."""
     return a.knobs == b.knobs and a == b
 
 

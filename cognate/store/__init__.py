@@ -6,28 +6,8 @@ import), reads.py (resume state, frames, export), frames.py (records as pandas f
 One transaction per ``record`` call, an upsert keyed on (matrix, target, op, width,
 config, host), so a collection can be killed at any moment and resumed: a batch is either
 all in the store or not at all. WAL lets readers (export, training) run while a collector
-writes; ``busy_timeout`` makes concurrent writers queue instead of failing.
-
-Schema 2 (a v1 store is migrated in place when opened for writing; read-only opens read
-it as it is):
-- ``host`` is a stable machine id (cognate.hostid), ``sim`` for deterministic simulators
-  (the migration folds a simulator's per-hostname copies into one, the newest kept);
-- ``attempts``: how many times the record was measured (a resume retries failures);
-- ``noisy`` and ``load1_before`` / ``busy_before`` / ``load1_after`` / ``busy_after``: the
-  machine's load around a wall-clock timing (NULL where not recorded: simulators, v1 rows);
-- table ``repeats``: second measurements of some records (collect repeats 5% of each
-  matrix's configs to report how reproducible the timings are), each linked to its record.
-
-Schema 3 (a v1 or v2 store is migrated in place the same way; every row is kept):
-- ``spread_s`` is the interquartile range of a record's timed samples and ``range_s`` their
-  max - min, both from ``cognate.stats.timing_spread`` whichever runner wrote them. Before,
-  ``spread_s`` held max - min for collect's and most runners' records and the
-  interquartile range for ``tune --verify``'s interleaved ones; the migration moves each
-  old value to the column of its meaning (``_old_spread_meaning``) and leaves the other
-  NULL (it cannot be recomputed without the samples). A simulator's 0 is both.
-- ``isa`` / ``vector_bits``: the vector ISA the measuring host's kernels were built for
-  (cpu: 'avx512' / 'avx2' / 'avx' / 'generic' and 512 / 256 / 128); NULL for other targets
-  and for records made before schema 3.
+writes; ``busy_timeout`` makes concurrent writers queue instead of failing. What each schema
+version adds and how an older store is migrated: schema.py.
 """
 
 from __future__ import annotations

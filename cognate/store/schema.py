@@ -1,5 +1,27 @@
 """The record store's schema: the tables of schema 3, the columns each older schema lacks, and
-the in-place migrations (v1 -> v2 -> v3) run inside the transaction that opens a store."""
+the in-place migrations (v1 -> v2 -> v3) run inside the transaction that opens a store.
+
+Schema 2 (a v1 store is migrated in place when opened for writing; read-only opens read
+it as it is):
+- ``host`` is a stable machine id (cognate.hostid), ``sim`` for deterministic simulators
+  (the migration folds a simulator's per-hostname copies into one, the newest kept);
+- ``attempts``: how many times the record was measured (a resume retries failures);
+- ``noisy`` and ``load1_before`` / ``busy_before`` / ``load1_after`` / ``busy_after``: the
+  machine's load around a wall-clock timing (NULL where not recorded: simulators, v1 rows);
+- table ``repeats``: second measurements of some records (collect repeats 5% of each
+  matrix's configs to report how reproducible the timings are), each linked to its record.
+
+Schema 3 (a v1 or v2 store is migrated in place the same way; every row is kept):
+- ``spread_s`` is the interquartile range of a record's timed samples and ``range_s`` their
+  max - min, both from ``cognate.stats.timing_spread`` whichever runner wrote them. Before,
+  ``spread_s`` held max - min for collect's and most runners' records and the
+  interquartile range for ``tune --verify``'s interleaved ones; the migration moves each
+  old value to the column of its meaning (``old_spread_meaning``) and leaves the other
+  NULL (it cannot be recomputed without the samples). A simulator's 0 is both.
+- ``isa`` / ``vector_bits``: the vector ISA the measuring host's kernels were built for
+  (cpu: 'avx512' / 'avx2' / 'avx' / 'generic' and 512 / 256 / 128); NULL for other targets
+  and for records made before schema 3.
+"""
 
 from __future__ import annotations
 

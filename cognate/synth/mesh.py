@@ -8,8 +8,7 @@ elements add one node per edge (6 per triangle, 10 per tetrahedron). The nodes c
 order (an unordered mesh file) or, with ``rcm``, in reverse Cuthill-McKee order (a bandwidth-
 reduced one). The pattern is symmetric with a full diagonal.
 
-Cost: qhull dominates. A 2M-nnz P1 mesh takes 120k random points in 3D (about 4 s on the
-shared 2-core machine) or 290k in 2D (about 3 s); 5M nnz in 3D about 13 s. A jittered grid
+Cost: qhull dominates (docs/benchmarks.md, "How it was collected"). A jittered grid
 tetrahedralisation would be faster but gives every interior node the same 14 neighbours,
 losing the row-length spread of real unstructured meshes, so Delaunay stays.
 """

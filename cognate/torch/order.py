@@ -5,10 +5,9 @@ numbering those reads scatter over all of B. Renumbering the nodes (A replaced b
 B and C kept in the new numbering by the caller) puts rows that share neighbours next to each
 other. A GNN can keep its node features (and labels) in one numbering for the whole training,
 so the permutation is paid once, not per product (permuting on every forward costs more than
-the order saves: docs/benchmarks.md, "GNN training").
-Measured by ``scripts/bench_locality.py`` (``kept``, docs/benchmarks.md): RCM won 1.3-1.8x on
-generated road / power-law graphs and lost (0.65-0.74x) on FEM / LP matrices already in a
-banded order, so which order wins depends on the matrix: ``choose_node_order`` measures.
+the order saves: docs/benchmarks.md, "GNN training"). Which order wins depends on the matrix
+(RCM helps scattered graphs and hurts matrices already in a banded order: docs/benchmarks.md,
+"Locality schedules"), so ``choose_node_order`` measures.
 
 - ``NodeOrder``: ``perm`` (``perm[new] = old``), ``inverse``, ``to_order(X)`` = X[perm],
   ``from_order(Y)`` = Y[inverse], ``apply(A)`` = P A P^T (``(P A P^T)[i, j] = A[perm[i],
