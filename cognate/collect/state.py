@@ -42,8 +42,10 @@ class Collection:
         choose: dict[str, Any],
         retry: RetryPolicy,
         host: str | None = None,
+        parallel: int = 1,
     ) -> None:
         self.store = store
+        self.parallel = parallel  # measurements at once (a pool's workers): each holds its own
         self.retry = retry
         self.host = host  # None: cognate.hostid decides (this machine's id, or sim)
         self.warned_busy = False
@@ -85,12 +87,15 @@ class Collection:
             yield plan
 
     def _plan(self, path: Path) -> Plan:
-        from cognate.budget import check_work  # here: it pulls in scipy readers
+        from cognate.budget import Cost, check_work  # here: it pulls in scipy readers
         from cognate.formats.read import load_matrix
 
         matrix = load_matrix(path)
         cost = self.target.measure_cost(self.width)  # checked before anything is allocated
-        check_work(matrix, f"collect --target {self.target.name}", cost)
+        if self.parallel > 1:  # each worker holds the matrix and its measurement at once
+            cost = Cost(*(self.parallel * part for part in cost))
+        what = f"collect --target {self.target.name}"
+        check_work(matrix, what + (f" --jobs {self.parallel}" if self.parallel > 1 else ""), cost)
         baseline, configs = choose_configs(self.space, matrix, **self.choose)
         host = "*" if self.any_host else self.host
         stored = self.store.resume_state(matrix, self.target.name, self.op, self.width, host)

@@ -28,15 +28,18 @@ void cognate_minmax_spmm(const int32_t *indptr, const int32_t *indices, const fl
   (void)cols;
 #pragma omp parallel for schedule(dynamic, chunk)
   for (int64_t i = 0; i < rows; i++) {
-    float o[WIDTH];
-    int32_t a[WIDTH];
+    /* out and arg rows written in place through restrict pointers (X, out and arg are
+     * distinct buffers): row copies through a local array ran 5-8x slower (no aliasing
+     * proof, so gcc kept the row in memory) */
+    float *restrict o = out + i * WIDTH;
+    int32_t *restrict a = arg + i * WIDTH;
     int32_t start = indptr[i], end = indptr[i + 1];
     if (start == end) {
-      memset(out + i * WIDTH, 0, sizeof(o));
-      for (int64_t j = 0; j < WIDTH; j++) arg[i * WIDTH + j] = ARG_EMPTY;
+      memset(o, 0, WIDTH * sizeof(float));
+      for (int64_t j = 0; j < WIDTH; j++) a[j] = ARG_EMPTY;
       continue;
     }
-    const float *first = x + (int64_t)indices[start] * WIDTH;
+    const float *restrict first = x + (int64_t)indices[start] * WIDTH;
     float v0 = values[start];
     for (int64_t j = 0; j < WIDTH; j++) {
       float t = v0 * first[j];
@@ -44,7 +47,7 @@ void cognate_minmax_spmm(const int32_t *indptr, const int32_t *indices, const fl
       a[j] = t != t ? ARG_NAN : start;
     }
     for (int32_t k = start + 1; k < end; k++) {
-      const float *row = x + (int64_t)indices[k] * WIDTH;
+      const float *restrict row = x + (int64_t)indices[k] * WIDTH;
       float v = values[k];
       /* a NaN product wins and stays (no comparison with NaN is true afterwards) */
       for (int64_t j = 0; j < WIDTH; j++) {
@@ -55,8 +58,6 @@ void cognate_minmax_spmm(const int32_t *indptr, const int32_t *indices, const fl
         a[j] = nan ? ARG_NAN : (take ? k : a[j]);
       }
     }
-    memcpy(out + i * WIDTH, o, sizeof(o));
-    memcpy(arg + i * WIDTH, a, sizeof(a));
   }
 }
 
