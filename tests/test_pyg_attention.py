@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric", reason="torch_geometric not installed (cognate[pyg])")
 
+from pyg_cases import assert_trains_alike  # noqa: E402
 from torch_geometric.nn import GATConv, GATv2Conv, TransformerConv  # noqa: E402
 
 import cognate.torch.pyg as cp  # noqa: E402
@@ -119,17 +120,7 @@ class GAT(torch.nn.Module):
 def test_gat_trains_like_pyg(graph: dict) -> None:
     reference = GAT()
     ours = copy.deepcopy(reference)
-    losses = {}
-    for net, adj in ((reference, graph["edge_index"]), (ours, graph["adj_t"])):
-        opt = torch.optim.Adam(net.parameters(), lr=0.01)
-        losses[id(net)] = []
-        for _ in range(4):
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(net(graph["x"], adj), graph["y"])
-            loss.backward()
-            opt.step()
-            losses[id(net)].append(loss.item())
-    np.testing.assert_allclose(losses[id(ours)], losses[id(reference)], rtol=TOL)
+    assert_trains_alike(reference, ours, graph, TOL)
 
 
 def test_dropout_trains(graph: dict) -> None:

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric", reason="torch_geometric not installed (cognate[pyg])")
 
+from pyg_cases import assert_trains_alike  # noqa: E402
 from torch_geometric.nn import GINConv, GraphConv, SAGEConv  # noqa: E402
 
 import cognate.torch.pyg as cp  # noqa: E402
@@ -93,17 +94,7 @@ def test_projection_first_equals_pyg(graph: dict, layer: str, monkeypatch) -> No
     assert rel(got, want) < TOL and rel(got_x, want_x) < TOL
     for name in want_p:
         assert rel(got_p[name], want_p[name]) < TOL, name
-    losses = {}
-    for net, adj in ((reference, graph["edge_index"]), (ours, graph["adj_t"])):
-        opt = torch.optim.Adam(net.parameters(), lr=0.01)
-        losses[id(net)] = []
-        for _ in range(4):
-            opt.zero_grad()
-            loss = torch.nn.functional.cross_entropy(net(graph["x"], adj), graph["y"])
-            loss.backward()
-            opt.step()
-            losses[id(net)].append(loss.item())
-    np.testing.assert_allclose(losses[id(ours)], losses[id(reference)], rtol=TOL)
+    assert_trains_alike(reference, ours, graph, TOL)
 
 
 @pytest.mark.parametrize(

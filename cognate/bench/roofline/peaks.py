@@ -183,9 +183,7 @@ void write_probe(float *a, int64_t per_thread, int64_t reps, int threads) {
     )
 
 
-def compiled_function(
-    source: str, name: str, argtypes: list, restype: Any
-) -> Callable[..., Any]:
+def compiled_function(source: str, name: str, argtypes: list, restype: Any) -> Callable[..., Any]:
     fn = getattr(load_library(str(compile_c(source))), name)
     fn.argtypes, fn.restype = argtypes, restype
     return fn

@@ -184,116 +184,91 @@ def _finish(layer: Any, out: torch.Tensor, res: torch.Tensor | None) -> torch.Te
     return out if layer.bias is None else out + layer.bias
 
 
-def gat(entry_of: EntryOf, original: Callable[..., Any]) -> Callable[..., Any]:
+def _on_cognate(
+    entry_of: EntryOf,
+    original: Callable[..., Any],
+    params: tuple[str, ...],
+    run: Callable[[Any, torch.Tensor, Any], torch.Tensor],
+) -> Callable[..., Any]:
+    """A layer's forward: None for an adjacency that is not cognate's (PyG's own forward runs),
+    PyG's forward with one warning where an argument in ``params`` or the layer's settings are
+    not supported, else ``run(layer, x, entry)``."""
     fallback = _fallback(original)
 
-    def forward(
-        layer: Any,
-        x: Any,
-        edge_index: Any,
-        edge_attr: Any = None,
-        size: Any = None,
-        return_attention_weights: Any = None,
-    ) -> Any:
+    def forward(layer: Any, x: Any, edge_index: Any, *args: Any, **kwargs: Any) -> Any:
         entry = entry_of(edge_index)
         if entry is None:
             return None
-        reason = _unsupported(
-            layer, x, entry, edge_attr=edge_attr, size=size,
-            return_attention_weights=return_attention_weights,
-        )  # fmt: skip
+        given = {**dict(zip(params, args, strict=False)), **kwargs}
+        reason = _unsupported(layer, x, entry, **given)
         if reason is not None:
-            return fallback(layer, entry, reason, x, edge_attr, size, return_attention_weights)
-        heads, c = layer.heads, layer.out_channels
-        res = layer.res(x) if layer.res is not None else None
-        if layer.lin is not None:
-            x_src = x_dst = layer.lin(x).view(-1, heads, c)
-        else:
-            x_src = layer.lin_src(x).view(-1, heads, c)
-            x_dst = layer.lin_dst(x).view(-1, heads, c)
-        a_src = (x_src * layer.att_src).sum(dim=-1)
-        a_dst = (x_dst * layer.att_dst).sum(dim=-1)
-        p = pattern(entry, layer.add_self_loops)
-        scores = a_src.index_select(0, p.cols) + a_dst.index_select(0, p.rows)
-        scores = F.leaky_relu(scores, layer.negative_slope)
-        alpha = edge_softmax(scores, p.rows, p.n)
-        alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
-        return _finish(layer, aggregate(p, alpha, x_src), res)
+            return fallback(layer, entry, reason, x, *args, **kwargs)
+        return run(layer, x, entry)
 
     return forward
+
+
+def _gat(layer: Any, x: torch.Tensor, entry: Any) -> torch.Tensor:
+    heads, c = layer.heads, layer.out_channels
+    res = layer.res(x) if layer.res is not None else None
+    if layer.lin is not None:
+        x_src = x_dst = layer.lin(x).view(-1, heads, c)
+    else:
+        x_src = layer.lin_src(x).view(-1, heads, c)
+        x_dst = layer.lin_dst(x).view(-1, heads, c)
+    a_src = (x_src * layer.att_src).sum(dim=-1)
+    a_dst = (x_dst * layer.att_dst).sum(dim=-1)
+    p = pattern(entry, layer.add_self_loops)
+    scores = a_src.index_select(0, p.cols) + a_dst.index_select(0, p.rows)
+    scores = F.leaky_relu(scores, layer.negative_slope)
+    alpha = edge_softmax(scores, p.rows, p.n)
+    alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
+    return _finish(layer, aggregate(p, alpha, x_src), res)
+
+
+def _gatv2(layer: Any, x: torch.Tensor, entry: Any) -> torch.Tensor:
+    heads, c = layer.heads, layer.out_channels
+    res = layer.res(x) if layer.res is not None else None
+    x_l = layer.lin_l(x).view(-1, heads, c)
+    x_r = x_l if layer.share_weights else layer.lin_r(x).view(-1, heads, c)
+    p = pattern(entry, layer.add_self_loops)
+    z = x_r.index_select(0, p.rows) + x_l.index_select(0, p.cols)
+    z = F.leaky_relu(z, layer.negative_slope)
+    alpha = edge_softmax((z * layer.att).sum(dim=-1), p.rows, p.n)
+    alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
+    return _finish(layer, aggregate(p, alpha, x_l), res)
+
+
+def _transformer(layer: Any, x: torch.Tensor, entry: Any) -> torch.Tensor:
+    heads, c = layer.heads, layer.out_channels
+    query = layer.lin_query(x).view(-1, heads, c)
+    key = layer.lin_key(x).view(-1, heads, c)
+    value = layer.lin_value(x).view(-1, heads, c)
+    p = pattern(entry, loops=False)
+    alpha = edge_softmax(dot_scores(p, query, key) / math.sqrt(c), p.rows, p.n)
+    alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
+    out = aggregate(p, alpha, value)
+    out = out.reshape(out.shape[0], -1) if layer.concat else out.mean(dim=1)
+    if layer.root_weight:
+        x_r = layer.lin_skip(x)
+        if layer.lin_beta is not None:
+            beta = layer.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()
+            out = beta * x_r + (1 - beta) * out
+        else:
+            out = out + x_r
+    return out
+
+
+def gat(entry_of: EntryOf, original: Callable[..., Any]) -> Callable[..., Any]:
+    return _on_cognate(entry_of, original, ("edge_attr", "size", "return_attention_weights"), _gat)
 
 
 def gatv2(entry_of: EntryOf, original: Callable[..., Any]) -> Callable[..., Any]:
-    fallback = _fallback(original)
-
-    def forward(
-        layer: Any,
-        x: Any,
-        edge_index: Any,
-        edge_attr: Any = None,
-        return_attention_weights: Any = None,
-    ) -> Any:
-        entry = entry_of(edge_index)
-        if entry is None:
-            return None
-        reason = _unsupported(
-            layer, x, entry, edge_attr=edge_attr,
-            return_attention_weights=return_attention_weights,
-        )  # fmt: skip
-        if reason is not None:
-            return fallback(layer, entry, reason, x, edge_attr, return_attention_weights)
-        heads, c = layer.heads, layer.out_channels
-        res = layer.res(x) if layer.res is not None else None
-        x_l = layer.lin_l(x).view(-1, heads, c)
-        x_r = x_l if layer.share_weights else layer.lin_r(x).view(-1, heads, c)
-        p = pattern(entry, layer.add_self_loops)
-        z = x_r.index_select(0, p.rows) + x_l.index_select(0, p.cols)
-        z = F.leaky_relu(z, layer.negative_slope)
-        alpha = edge_softmax((z * layer.att).sum(dim=-1), p.rows, p.n)
-        alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
-        return _finish(layer, aggregate(p, alpha, x_l), res)
-
-    return forward
+    return _on_cognate(entry_of, original, ("edge_attr", "return_attention_weights"), _gatv2)
 
 
 def transformer(entry_of: EntryOf, original: Callable[..., Any]) -> Callable[..., Any]:
-    fallback = _fallback(original)
-
-    def forward(
-        layer: Any,
-        x: Any,
-        edge_index: Any,
-        edge_attr: Any = None,
-        return_attention_weights: Any = None,
-    ) -> Any:
-        entry = entry_of(edge_index)
-        if entry is None:
-            return None
-        reason = _unsupported(
-            layer, x, entry, edge_attr=edge_attr,
-            return_attention_weights=return_attention_weights,
-        )  # fmt: skip
-        if reason is not None:
-            return fallback(layer, entry, reason, x, edge_attr, return_attention_weights)
-        heads, c = layer.heads, layer.out_channels
-        query = layer.lin_query(x).view(-1, heads, c)
-        key = layer.lin_key(x).view(-1, heads, c)
-        value = layer.lin_value(x).view(-1, heads, c)
-        p = pattern(entry, loops=False)
-        alpha = edge_softmax(dot_scores(p, query, key) / math.sqrt(c), p.rows, p.n)
-        alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
-        out = aggregate(p, alpha, value)
-        out = out.reshape(out.shape[0], -1) if layer.concat else out.mean(dim=1)
-        if layer.root_weight:
-            x_r = layer.lin_skip(x)
-            if layer.lin_beta is not None:
-                beta = layer.lin_beta(torch.cat([out, x_r, out - x_r], dim=-1)).sigmoid()
-                out = beta * x_r + (1 - beta) * out
-            else:
-                out = out + x_r
-        return out
-
-    return forward
+    return _on_cognate(entry_of, original, ("edge_attr", "return_attention_weights"), _transformer)
 
 
 def install(entry_of: EntryOf) -> list[tuple[Any, str, Any]]:
