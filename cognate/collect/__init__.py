@@ -78,7 +78,7 @@ def _matrix_files(matrix_paths: Sequence[str | Path]) -> list[Path]:
         raise CognateError(f"no matrix files in {', '.join(str(p) for p in matrix_paths)}")
     # Absolute: the store keeps each matrix's source, and training reads a matrix back from
     # it, from whatever directory it runs in (a relative "g.npz" would name another file).
-    return [f.resolve() for f in files]
+    return [Path(os.path.abspath(f)) for f in files]  # a link stays the path given
 
 
 def _check_numbers(width: int, n_configs: int, jobs: int | None, batch: int) -> None:

@@ -110,6 +110,21 @@ def run_pool(
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        _forget_finished_executors()
+
+
+def _forget_finished_executors() -> None:
+    """Drop the wake-up pipes of executors whose manager thread has ended. Why: at exit,
+    CPython 3.11's concurrent.futures wakes every executor it still lists, and after a stop
+    signal it sometimes writes to a pipe already closed, printing an ``OSError`` traceback
+    ("Exception ignored in: threading") after collect's own last line."""
+    from concurrent.futures import process
+
+    wakeups = getattr(process, "_threads_wakeups", None)
+    if wakeups is None:
+        return
+    for thread in [t for t in list(wakeups) if not t.is_alive()]:
+        wakeups.pop(thread, None)
 
 
 def _drop_cancelled(inflight: dict[Future, tuple[Plan, list[Config]]]) -> bool:
