@@ -122,9 +122,11 @@ def _prepare(
             calls[entry["key"]] = call
     tick(len(job["configs"]))
     if job.get("library", True):
-        found, missing = library_calls(matrix.csr, job["op"], operands, job.get("threads"))
+        found, missing = library_calls(
+            matrix.csr, job["op"], operands, job.get("threads"), job.get("libraries")
+        )
         outcome["library_missing"] = missing
-        for lib in _wanted(job, found):
+        for lib in found:
             run, problem = _prepare_library(lib, ref)
             if run is None:
                 outcome["library_missing"][lib.name] = problem
@@ -134,17 +136,10 @@ def _prepare(
     return calls, outcome
 
 
-def _wanted(job: dict[str, Any], found: list) -> list:
-    """The library references the job asks for (``libraries``: names; absent: all)."""
+def _asked(job: dict[str, Any], name: str) -> bool:
+    """Whether the job asks for library reference ``name`` (``libraries``: names; absent: all)."""
     names = job.get("libraries")
-    if names is None:
-        return list(found)
-    # LibraryCall objects (name attribute) or library_makers' (name, make) pairs
-    return [
-        item
-        for item in found
-        if getattr(item, "name", None) in names or (isinstance(item, tuple) and item[0] in names)
-    ]
+    return names is None or name in names
 
 
 def _library_entry(lib: Any) -> dict[str, Any]:
@@ -301,9 +296,9 @@ def _run_one_at_a_time(
         tick(len(entries))
         del packs
         if job.get("library", True):
-            for name, make in _wanted(
-                job, library_makers(matrix.csr, op, operands, job.get("threads"))
-            ):
+            for name, make in library_makers(matrix.csr, op, operands, job.get("threads")):
+                if not _asked(job, name):
+                    continue
                 try:
                     lib = make()
                 except LIBRARY_ERRORS as exc:

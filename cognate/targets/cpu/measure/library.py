@@ -25,7 +25,7 @@ import os
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -313,11 +313,18 @@ LIBRARY_ERRORS = (CognateError, ImportError, RuntimeError)  # a library that can
 
 
 def library_calls(
-    csr: sp.csr_matrix, op: str, operands: tuple[np.ndarray, ...], threads: int | None = None
+    csr: sp.csr_matrix,
+    op: str,
+    operands: tuple[np.ndarray, ...],
+    threads: int | None = None,
+    names: Sequence[str] | None = None,
 ) -> tuple[list[LibraryCall], dict[str, str]]:
-    """The library references of ``op`` that can run here, and why the others cannot."""
+    """The library references of ``op`` (``names``: only these) that can run here, and why
+    the others cannot."""
     calls, missing = [], {}
     for name, make in library_makers(csr, op, operands, threads):
+        if names is not None and name not in names:
+            continue
         try:
             calls.append(make())
         except LIBRARY_ERRORS as exc:
