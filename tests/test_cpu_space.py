@@ -143,8 +143,12 @@ def test_candidates_are_many_distinct_and_legal(op: str) -> None:
     space = CpuSpace(op)  # speed: scripts/bench_tune.py times candidate generation
     configs = space.candidates(20000, 0, (14913, 14913))
     family = [c for c in configs if "family" in c.knobs]
-    assert len(configs) - len(family) == 20000 and len(family) > 100  # + every family config
+    variants = space.kernel_variants()
+    # the csr draw, every family config, then the kernel variants (SpMM only)
+    assert len(configs) - len(family) - len(variants) == 20000 and len(family) > 100
     assert all("family" not in c.knobs for c in configs[:20000])
+    assert configs[len(configs) - len(variants) :] == variants
+    assert (len(variants) > 10) == (op == "spmm")
     assert len({c.hash for c in configs}) == len(configs)
     for c in configs[::7]:
         assert space.validate(c.knobs) == c

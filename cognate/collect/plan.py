@@ -99,11 +99,24 @@ def choose_configs(
     return baseline, list(unique.values())
 
 
+# Knobs that make a plain CSR config a kernel variant (cpu's vector and schedule knobs): the
+# variants are a group of their own, so a sample measures them beside WACO's csr draws.
+_VARIANT_KNOBS = ("vbits", "threads")
+
+
+def _group(config: Config) -> str:
+    family = config.knobs.get("family")
+    if family is not None:
+        return str(family)
+    return "variant" if any(k in config.knobs for k in _VARIANT_KNOBS) else ""
+
+
 def spread_over_families(configs: Sequence[Config], n: int) -> list[Config]:
-    """``n`` of ``configs`` taken round-robin over their families, each in its given order."""
+    """``n`` of ``configs`` taken round-robin over their families (the kernel variants one
+    group), each in its given order."""
     families: dict[str, deque[Config]] = {}
     for config in configs:
-        families.setdefault(str(config.knobs.get("family", "")), deque()).append(config)
+        families.setdefault(_group(config), deque()).append(config)
     chosen: list[Config] = []
     while len(chosen) < n and families:
         for name in list(families):

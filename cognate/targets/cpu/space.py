@@ -31,6 +31,7 @@ from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.space import LoopNest, Space, load_space_spec, space_file
 from cognate.targets.cpu.codegen import (
+    DEFAULT_VECTOR,
     PLAIN_CSR_ORDER,
     SCHEDULE_KNOBS,
     VECTOR_KNOBS,
@@ -39,11 +40,25 @@ from cognate.targets.cpu.codegen import (
 )
 from cognate.targets.cpu.families import CSR
 from cognate.targets.cpu.family_space import Families, FamilySpec, KernelFamily
+from cognate.targets.cpu.isa import host_isa
 
 OPS: tuple[str, ...] = ("spmm", "sddmm")
 KNOBS: tuple[str, ...] = ("isplit", "ksplit", "jsplit", "order", "formats", "chunk")
 FORMAT_NAMES: tuple[str, str] = ("U", "C")  # index 1 = compressed: a set bit in a format code
 TARGET = "cpu"
+# The kernel variants a sample and the search set hold (``CpuSpace.kernel_variants``): register
+# tiles of 2-8 vectors, two unrolls; the row schedules one at a time.
+VARIANT_VREGS: tuple[int, ...] = (2, 4, 8)
+VARIANT_UNROLLS: tuple[int, ...] = (2, 4)
+VARIANT_SCHEDULES: tuple[Schedule, ...] = (
+    Schedule(threads=1),
+    Schedule(batch=16),
+    Schedule(batch=64),
+    Schedule(batch=256),
+    Schedule(nzsplit=1),
+    Schedule(prefetch=4),
+    Schedule(prefetch=16),
+)
 
 
 # --- the YAML schema (pydantic gives a clear error for a malformed space file) ---------------
@@ -533,7 +548,31 @@ class CpuSpace(Space):
         csr-only space versions, so collecting again measures only the family configs.
         Fewer than ``n`` csr configs only if that space for this shape is smaller than ``n``.
         """
-        return self.sample_csr(n, seed, shape) + self.families.grid(shape, sampled=True)
+        return (
+            self.sample_csr(n, seed, shape)
+            + self.families.grid(shape, sampled=True)
+            + self.kernel_variants()
+        )
+
+    def kernel_variants(self) -> list[Config]:
+        """The baseline's plain CSR SpMM kernel at this host's vector tiles and under each
+        row schedule (codegen.VECTOR_KNOBS, SCHEDULE_KNOBS): one knob group changed at a time,
+        so records say what each knob is worth; none for SDDMM, whose kernel has no such knobs.
+        Vector widths from 256 bits up that this host has (128-bit vectors never won a
+        measured matrix, scripts/bench_space_oracle.py)."""
+        if self.op != "spmm":
+            return []
+        plain = dict(self._baseline.knobs)
+        widths = [bits for bits in host_isa().widths if bits >= 256] or [host_isa().vector_bits]
+        tiles = [
+            VectorTile(bits, vregs, unroll)
+            for bits in widths
+            for vregs in VARIANT_VREGS
+            for unroll in VARIANT_UNROLLS
+        ]
+        knobs = [{**plain, **tile.knobs} for tile in tiles if tile != DEFAULT_VECTOR]
+        knobs += [{**plain, **schedule.knobs} for schedule in VARIANT_SCHEDULES]
+        return [self.validate(k) for k in knobs]
 
     def sample_csr(self, n: int, seed: int, shape: tuple[int, int]) -> list[Config]:
         if n < 0:
@@ -550,7 +589,11 @@ class CpuSpace(Space):
     def candidates(self, n: int, seed: int, shape: tuple[int, int]) -> list[Config]:
         """The search set: ``sample``'s csr part (tens of thousands), then every legal
         family config."""
-        return self.sample_csr(n, seed, shape) + self.families.grid(shape, sampled=False)
+        return (
+            self.sample_csr(n, seed, shape)
+            + self.families.grid(shape, sampled=False)
+            + self.kernel_variants()
+        )
 
 
 @cache
