@@ -66,11 +66,19 @@ from cognate.targets import OPS, target_names
 )
 @click.option("--retry-failed", is_flag=True, help="Re-measure every timeout/error record.")
 @click.option(
+    "--batch",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Configs timed per chunk: one load reading (0.2 s) and one store write per chunk; "
+    "a kill loses at most one chunk.",
+)
+@click.option(
     "--host-id",
     default=None,
     metavar="ID",
     help="This machine's id in the records (default $COGNATE_HOST_ID, else a hash of the "
-    "CPU model, core count and memory).",
+    "CPU model and family, vector ISA, caches, core count and memory).",
 )
 @click.argument("matrices", nargs=-1, required=True, type=click.Path())
 @click.pass_context
@@ -90,6 +98,7 @@ def collect_command(
     from_model: str | None,
     retries: int,
     retry_failed: bool,
+    batch: int,
     host_id: str | None,
     matrices: tuple[str, ...],
 ) -> None:
@@ -118,6 +127,7 @@ def collect_command(
         retries=retries,
         retry_failed=retry_failed,
         host_id=host_id,
+        batch=batch,
     )
     click.echo(f"cognate: {summary.line()}")
     ctx.exit(summary.exit_code)
