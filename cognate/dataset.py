@@ -284,6 +284,7 @@ def _row_problems(frame: pd.DataFrame) -> Iterator[tuple[Callable[[int], str], p
 
 MAX_ATTEMPTS = 1_000_000
 MAX_VECTOR_BITS = 1 << 16  # far past any vector register
+MAX_HOST_COUNT = 1 << 50  # bytes of a cache, or cores: far past any machine's
 MAX_LOAD = 1e6  # a load average or busy-core count past this is no machine's
 
 
@@ -334,6 +335,15 @@ def _store_column_problems(
     if "vector_bits" in frame:
         bad = _optional_integer(frame, "vector_bits", 1, MAX_VECTOR_BITS)
         yield (lambda row: f"{value('vector_bits')(row)} is not empty or a bit count"), bad
+    if "cpu" in frame:
+        yield (
+            (lambda row: f"{value('cpu')(row)} is not empty or a short line of text"),
+            ~frame["cpu"].map(lambda v: is_missing(v) or _is_cpu_name(v)),
+        )
+    for column in ("l1d_bytes", "l2_bytes", "llc_bytes", "cores"):
+        if column in frame:
+            bad = _optional_integer(frame, column, 1, MAX_HOST_COUNT)
+            yield (lambda row, c=column: f"{value(c)(row)} is not empty or a count >= 1"), bad
     if "error" in frame:
         yield (
             (lambda row: f"{value('error')(row)} is not empty or text"),
@@ -493,6 +503,10 @@ def _is_flag(value: Any) -> bool:
     # A flag column with missing values reaches pandas as float64 (0.0 / 1.0 / NaN): the
     # published repeat_noisy column is one.
     return isinstance(value, (int, np.integer, float, np.floating)) and value in (0, 1)
+
+
+def _is_cpu_name(value: Any) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= 200 and value.isprintable()
 
 
 def _is_isa_name(value: Any) -> bool:

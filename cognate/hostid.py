@@ -20,6 +20,7 @@ import re
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 from cognate.errors import CognateError
 
@@ -100,6 +101,30 @@ class HostProfile:
 
     def as_dict(self) -> dict[str, int | str]:
         return asdict(self)
+
+    @property
+    def cpu(self) -> str:
+        """The model name with its family/model numbers: what the store's ``cpu`` holds."""
+        return f"{self.cpu_model} ({self.cpu_family})"
+
+
+class HostFacts(NamedTuple):
+    """What the store records of the host beside each timing of a real machine (schema 3
+    and 4 columns, in this order): the kernels' ISA and the CPU's caches and cores."""
+
+    isa: str
+    vector_bits: int
+    cpu: str
+    l1d_bytes: int
+    l2_bytes: int
+    llc_bytes: int
+    cores: int
+
+    @classmethod
+    def of(cls, isa: str, vector_bits: int, profile: HostProfile | None = None) -> HostFacts:
+        """This machine's facts for kernels built for ``isa`` (``profile``: another's)."""
+        p = profile or host_profile()
+        return cls(isa, vector_bits, p.cpu, p.l1d_bytes, p.l2_bytes, p.llc_bytes, p.cores)
 
 
 @cache

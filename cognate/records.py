@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pandas and torch load only when records are read
     import torch
 
     from cognate.config import Config
+    from cognate.hostid import HostProfile
     from cognate.matrix import Matrix
     from cognate.space import Space
 
@@ -35,6 +36,8 @@ class MatrixRuns:
     runtimes: np.ndarray  # seconds, one per config
     baseline: int | None  # index of the space's baseline config, when measured
     features: torch.Tensor | None = field(default=None, repr=False)  # raw encodings
+    # the measuring host as its records describe it (None: this machine, e.g. tune --learn)
+    host: HostProfile | None = None
 
     @property
     def key(self) -> str:
@@ -77,9 +80,34 @@ def runs_from_frame(
                 configs=configs,
                 runtimes=per_config["runtime_s"].to_numpy(dtype=np.float64, copy=True),
                 baseline=flags.index(True) if any(flags) else None,
+                host=record_host(rows),
             )
         )
     return runs
+
+
+def record_host(rows: pd.DataFrame) -> HostProfile | None:
+    """The measuring host of ``rows`` (one host's records) from their host columns (store
+    schema 4); None for a frame without them. A fact no record holds is 0 (unknown)."""
+    from cognate.hostid import HostProfile
+
+    if "host" not in rows or "cpu" not in rows:
+        return None
+
+    def first(column: str) -> object:
+        values = rows[column].dropna() if column in rows else ()
+        return values.iloc[0] if len(values) else None
+
+    cpu = first("cpu")
+    return HostProfile(
+        cpu_model=str(cpu) if cpu is not None else str(rows["host"].iloc[0]),
+        cpu_family="",
+        vector_bits=int(first("vector_bits") or 0),
+        l1d_bytes=int(first("l1d_bytes") or 0),
+        l2_bytes=int(first("l2_bytes") or 0),
+        llc_bytes=int(first("llc_bytes") or 0),
+        cores=int(first("cores") or 0),
+    )
 
 
 def _configs_the_space_takes(frame: pd.DataFrame, space: Space) -> pd.DataFrame:

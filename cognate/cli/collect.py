@@ -29,8 +29,9 @@ from cognate.targets import OPS, target_names
     "n_configs",
     type=int,
     default=None,
-    help=f"Configs sampled per matrix (default {DEFAULT_CONFIGS}); with --all-configs, "
-    "the cap for spaces too large to enumerate.",
+    help=f"Configs sampled per matrix (default {DEFAULT_CONFIGS}), spread over the kernel "
+    "families, plus the baseline and its kernel variants (cpu SpMM: vector tiles and row "
+    "schedules); with --all-configs, the cap for spaces too large to enumerate.",
 )
 @click.option("--all-configs", is_flag=True, help="Every config of the space (spade, gpu).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")

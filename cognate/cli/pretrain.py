@@ -52,6 +52,15 @@ def register(main: click.Group, data: click.Group) -> None:
     "validation and --hold-out): training the featurizer holds every layer's gathered inputs "
     "for the backward pass, ~2.3 KB per nonzero with the waco preset (11 GB at 4.7M nnz).",
 )
+@click.option(
+    "--encoding",
+    default=None,
+    metavar="PART[+host]",
+    help="The configs' target part: raw (the space's knobs) or knobs (those and the kernel's "
+    "vector and schedule knobs), with +host for the measuring host's vector width, caches and "
+    "cores (one model for several hosts). Default: knobs+host for real machines (cpu, gpu), "
+    "raw for simulators.",
+)
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Model file.")
 def pretrain(
     db: Path,
@@ -63,6 +72,7 @@ def pretrain(
     threads: int | None,
     hold_out: float,
     max_nnz: int | None,
+    encoding: str | None,
     output: Path,
 ) -> None:
     """Train a cost model (featurizer + ranking predictor) on measured runtimes.
@@ -72,6 +82,7 @@ def pretrain(
     """
     import torch
 
+    from cognate.model.encoding import make_encoder
     from cognate.model.preset import load_preset, preset_names
     from cognate.model.train import train, validation_caveat
     from cognate.progress import EpochReporter, plural
@@ -86,14 +97,17 @@ def pretrain(
     if threads:
         torch.set_num_threads(threads)
     space = get_target(target).space(op)
+    if encoding is None:
+        encoding = "knobs+host" if get_target(target).exclusive else "raw"
+    encoder = make_encoder(space, encoding)
     console = Console(stderr=True, soft_wrap=True)  # a pipe gets whole lines
     frame = record_frame(db, space, max_nnz)
     runs, held_out = _hold_out(read_runs(frame, space), hold_out, seed)
     n_matrices = len({r.key for r in runs})
     console.print(
         f"{n_matrices} matrices, {len(runs)} (matrix, width) groups, "
-        f"{sum(len(r.configs) for r in runs)} configs; preset {preset}, seed {seed}"
-        + (f"; matrices above {max_nnz} nnz left out" if max_nnz else "")
+        f"{sum(len(r.configs) for r in runs)} configs; preset {preset}, seed {seed}, "
+        f"encoding {encoder.kind}" + (f"; matrices above {max_nnz} nnz left out" if max_nnz else "")
     )
     console.print(
         f"training up to {plural(spec.train.epochs, 'epoch')} "
@@ -102,7 +116,9 @@ def pretrain(
         "epoch 0 scores the untrained model on the validation split first"
     )
     progress = EpochReporter(spec.train.epochs)
-    model = train(runs, space, spec, seed=seed, progress=progress, held_out=held_out)
+    model = train(
+        runs, space, spec, seed=seed, encoder=encoder, progress=progress, held_out=held_out
+    )
     if max_nnz is not None:
         model.metadata["max_nnz"] = max_nnz
     model.save(output)

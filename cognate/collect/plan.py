@@ -93,27 +93,31 @@ def choose_configs(
         unique.setdefault(config.hash, config)
     if picker is None and not all_configs:
         # A sample may hold more than asked (cpu: the family grids come on top of n csr
-        # configs): measure n, spread over the families (knob ``family``), plus the baseline.
-        rest = spread_over_families([c for c in unique.values() if c != baseline], n_configs)
-        return baseline, [baseline, *rest]
+        # configs): measure n, spread over the families (knob ``family``), plus the baseline
+        # and every kernel variant of the baseline (a handful; what they are worth is the
+        # question their records answer on each matrix).
+        others = [c for c in unique.values() if c != baseline]
+        variants = [c for c in others if _group(c) == VARIANTS]
+        rest = spread_over_families([c for c in others if _group(c) != VARIANTS], n_configs)
+        return baseline, [baseline, *rest, *variants]
     return baseline, list(unique.values())
 
 
-# Knobs that make a plain CSR config a kernel variant (cpu's vector and schedule knobs): the
-# variants are a group of their own, so a sample measures them beside WACO's csr draws.
+# Knobs that make a plain CSR config a kernel variant (cpu's vector and schedule knobs): a
+# sample measures every variant beside its n configs.
 _VARIANT_KNOBS = ("vbits", "threads")
+VARIANTS = "variant"
 
 
 def _group(config: Config) -> str:
     family = config.knobs.get("family")
     if family is not None:
         return str(family)
-    return "variant" if any(k in config.knobs for k in _VARIANT_KNOBS) else ""
+    return VARIANTS if any(k in config.knobs for k in _VARIANT_KNOBS) else ""
 
 
 def spread_over_families(configs: Sequence[Config], n: int) -> list[Config]:
-    """``n`` of ``configs`` taken round-robin over their families (the kernel variants one
-    group), each in its given order."""
+    """``n`` of ``configs`` taken round-robin over their families, each in its given order."""
     families: dict[str, deque[Config]] = {}
     for config in configs:
         families.setdefault(_group(config), deque()).append(config)

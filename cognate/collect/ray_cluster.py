@@ -15,7 +15,7 @@ from cognate.collect.plan import Plan, check_batch
 from cognate.collect.state import Collection, close_runner
 from cognate.config import Config
 from cognate.errors import CognateError
-from cognate.hostid import host_for
+from cognate.hostid import HostFacts, host_for
 from cognate.lifetime import (
     descendants,
     kill_all,
@@ -37,13 +37,13 @@ def _ray_measure(
     matrix: Matrix,
     configs: list[Config],
     runner_options: dict[str, Any],
-) -> tuple[str, tuple[str, int] | None, list[Measurement]]:
+) -> tuple[str, HostFacts | None, list[Measurement]]:
     """A Ray task: measure one matrix's batch; the host goes into the store's key, and its
-    ISA beside each record."""
+    ISA, CPU and caches beside each record."""
     runner = target.runner(**runner_options)
     try:
         measured = runner.measure(matrix, op, width, configs)
-        return host_for(target.name), target.host_isa(), measured
+        return host_for(target.name), target.host_facts(), measured
     finally:
         close_runner(runner)
 
@@ -165,7 +165,7 @@ def _take_ray_result(coll: Collection, plan: Plan, ref: Any) -> None:
     import ray
 
     try:
-        host, isa, measurements = ray.get(ref)
+        host, facts, measurements = ray.get(ref)
         check_batch(plan.todo, measurements)
     except Exception as exc:  # noqa: BLE001 - a failed task costs its matrix, reported
         # A RayTaskError carries the worker's traceback; its cause is the one line we want.
@@ -173,5 +173,5 @@ def _take_ray_result(coll: Collection, plan: Plan, ref: Any) -> None:
             plan.path, f"ray task failed: {describe(getattr(exc, 'cause', None) or exc)}", plan
         )
         return
-    coll.write(plan, measurements, host=host, isa=isa)
+    coll.write(plan, measurements, host=host, facts=facts)
     coll.finish(plan)

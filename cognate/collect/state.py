@@ -16,6 +16,7 @@ from cognate.collect.plan import Plan, RetryPolicy, choose_configs, repeat_picks
 from cognate.collect.summary import CollectSummary
 from cognate.config import Config
 from cognate.errors import CognateError
+from cognate.hostid import HostFacts
 from cognate.lifetime import (
     stop_signals_deferred,
 )
@@ -136,14 +137,14 @@ class Collection:
         host: str | None = None,
         load: tuple[Load, Load] | None = None,
         repeat: bool = False,
-        isa: tuple[str, int] | None = None,
+        facts: HostFacts | None = None,
     ) -> None:
-        """Store one batch; ``host`` and ``isa``: the machine that measured it (a Ray
+        """Store one batch; ``host`` and ``facts``: the machine that measured it (a Ray
         worker's), else this one."""
         if not measurements:
             return
         if host is None:
-            isa = self.target.host_isa()
+            facts = self.target.host_facts()
         with stop_signals_deferred():
             self.store.record(
                 plan.matrix,
@@ -156,7 +157,7 @@ class Collection:
                 host=host or self.host,
                 load=load,
                 repeat=repeat,
-                isa=isa,
+                facts=facts,
             )
             # Counted inside the deferral, so the summary always matches the store.
             if repeat:

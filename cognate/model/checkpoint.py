@@ -47,8 +47,9 @@ CHECKPOINT_FORMAT = 1
 # validation table); an evaluation's models stay far below this.
 MAX_METADATA_BYTES = 16 << 20
 MAX_METADATA_DEPTH = 32
-# An encoder kind is "<homogeneous part>+<target part>", e.g. "loopnest+raw", "loopnest-random+ae".
-ENCODER_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,63}\+[a-z][a-z0-9_-]{0,63}$")
+# An encoder kind is "<homogeneous part>+<target part>", e.g. "loopnest+raw", "loopnest-random+ae",
+# optionally "+host" (the host part): "loopnest+knobs+host".
+ENCODER_KIND = re.compile(r"^[a-z][a-z0-9_-]{0,63}\+[a-z][a-z0-9_-]{0,63}(\+host)?$")
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 
@@ -72,7 +73,7 @@ class EncoderMeta(_Section):
     @classmethod
     def _kind_format(cls, value: str) -> str:
         if not ENCODER_KIND.match(value):
-            raise ValueError(f"{value[:80]!r} is not of the form <part>+<part>")
+            raise ValueError(f"{value[:80]!r} is not of the form <part>+<part>[+host]")
         return value
 
 
@@ -221,7 +222,8 @@ def parse_metadata(path: str | Path, raw: str) -> dict[str, Any]:
 
 
 def encoder_target_part(meta: dict[str, Any]) -> str:
-    """The target part of a validated metadata's encoder kind ("raw" of "loopnest+raw")."""
+    """The target part of a validated metadata's encoder kind ("raw" of "loopnest+raw",
+    "knobs+host" of "loopnest+knobs+host")."""
     return meta["encoder"]["kind"].split("+", 1)[1]
 
 

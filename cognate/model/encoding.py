@@ -6,9 +6,13 @@ two parts (docs/architecture.md, Cost model):
 - the homogeneous part p, shared by every target: log2 of the I/J/K strip sizes and the
   6 x 6 loop-order permutation matrix, both from ``space.loop_nest`` (the CPU loop
   vocabulary, so a model trained on one target can read another's configs);
-- the target-specific part: the knobs ``loop_nest`` does not express. Now the raw
-  ``space.knob_features``; the transfer work plugs its autoencoder latent in through
-  ``register_target_encoder`` without touching the predictor.
+- the target-specific part: the knobs ``loop_nest`` does not express: ``raw`` (the
+  space's ``knob_features``), ``knobs`` (those and the kernel knobs a space has beside them:
+  the cpu SpMM kernel's vector tile and row schedule); the transfer work plugs its
+  autoencoder latent in through ``register_target_encoder`` without touching the predictor;
+- optionally the host part (``+host``): what decides a timing on the measuring machine
+  (vector width, cache sizes, cores), the same for every config of a run, so one model ranks
+  for several hosts. A run's host comes from its records; at search time it is this machine.
 
 Encoders are stateless given the space; normalisation statistics live in the model.
 """
@@ -24,6 +28,7 @@ import torch
 
 from cognate.config import Config
 from cognate.errors import CognateError
+from cognate.hostid import HostProfile, host_profile
 from cognate.space import LOOP_VARS, LoopNest, Space
 
 # A shape every space accepts, used only to learn a target part's width.
@@ -35,6 +40,7 @@ class ConfigEncoder(ABC):
 
     kind: str
     dim: int
+    uses_host = False  # True: ``encode`` takes ``host`` (HostEncoder)
 
     @abstractmethod
     def encode(self, configs: Sequence[Config], shape: tuple[int, int], width: int) -> torch.Tensor:
@@ -122,20 +128,106 @@ class RawKnobEncoder(ConfigEncoder):
         return torch.from_numpy(np.stack(rows)) if rows else torch.zeros((0, self.dim))
 
 
+class KernelKnobEncoder(ConfigEncoder):
+    """``raw`` and the kernel knobs the space encodes beside them (``kernel_knob_features``:
+    the cpu SpMM kernel's vector tile and row schedule); ``raw`` alone where it has none."""
+
+    kind = "knobs"
+
+    def __init__(self, space: Space) -> None:
+        self.raw = RawKnobEncoder(space)
+        self.kernel = getattr(space, "kernel_knob_features", None)
+        self.dim = self.raw.dim
+        if self.kernel is not None:
+            self.dim += int(np.asarray(self.kernel(space.baseline(_PROBE_SHAPE))).size)
+
+    def encode(self, configs: Sequence[Config], shape: tuple[int, int], width: int) -> torch.Tensor:
+        raw = self.raw.encode(configs, shape, width)
+        if self.dim == self.raw.dim or not configs:
+            return raw if configs else torch.zeros((0, self.dim))
+        kernel = np.array([self.kernel(c) for c in configs], dtype=np.float32)
+        return torch.cat([raw, torch.from_numpy(kernel)], dim=1)
+
+
+# Reference points of the host part: 0 is a 256-bit, 32 KiB L1d / 1 MiB L2 / 32 MiB LLC,
+# 2-core machine; each feature is log2(value / reference). A fact the records lack is 0.
+_HOST_REFERENCE = {
+    "vector_bits": 256,
+    "l1d_bytes": 32 << 10,
+    "l2_bytes": 1 << 20,
+    "llc_bytes": 32 << 20,
+    "cores": 2,
+}
+
+
+def host_features(profile: HostProfile | None) -> np.ndarray:
+    """float32 [5]: log2 of the host's vector width, L1d, L2, LLC and cores over the
+    reference machine's (``_HOST_REFERENCE``); ``None`` is this machine."""
+    profile = profile or host_profile()
+    values = {name: getattr(profile, name) or 0 for name in _HOST_REFERENCE}
+    return np.array(
+        [np.log2(v / _HOST_REFERENCE[n]) if v > 0 else 0.0 for n, v in values.items()],
+        dtype=np.float32,
+    )
+
+
+class HostEncoder(ConfigEncoder):
+    """The host part: ``host_features`` of the measuring (or searching) host, one row per
+    config."""
+
+    kind = "host"
+    dim = len(_HOST_REFERENCE)
+    uses_host = True
+
+    def __init__(self, space: Space) -> None:
+        self.space = space
+
+    def encode(
+        self,
+        configs: Sequence[Config],
+        shape: tuple[int, int],
+        width: int,
+        host: HostProfile | None = None,
+    ) -> torch.Tensor:
+        row = torch.from_numpy(host_features(host))
+        return row.expand(len(configs), -1).clone()
+
+
 class ConcatEncoder(ConfigEncoder):
-    """[p || target part]: the encoding the predictor consumes."""
+    """[p || target part (|| host part)]: the encoding the predictor consumes."""
 
     def __init__(self, parts: Sequence[ConfigEncoder]) -> None:
         self.parts = list(parts)
         self.kind = "+".join(p.kind for p in self.parts)
         self.dim = sum(p.dim for p in self.parts)
+        self.uses_host = any(p.uses_host for p in self.parts)
 
-    def encode(self, configs: Sequence[Config], shape: tuple[int, int], width: int) -> torch.Tensor:
-        return torch.cat([p.encode(configs, shape, width) for p in self.parts], dim=1)
+    def encode(
+        self,
+        configs: Sequence[Config],
+        shape: tuple[int, int],
+        width: int,
+        host: HostProfile | None = None,
+    ) -> torch.Tensor:
+        """``host``: the measuring host's profile (None: this machine); read by a host part
+        only."""
+        return torch.cat(
+            [
+                p.encode(configs, shape, width, host=host)
+                if p.uses_host
+                else p.encode(configs, shape, width)
+                for p in self.parts
+            ],
+            dim=1,
+        )
 
 
 TargetEncoderFactory = Callable[[Space], ConfigEncoder]
-_TARGET_ENCODERS: dict[str, TargetEncoderFactory] = {"raw": RawKnobEncoder}
+_TARGET_ENCODERS: dict[str, TargetEncoderFactory] = {
+    "raw": RawKnobEncoder,
+    "knobs": KernelKnobEncoder,
+}
+HOST_PART = "host"
 
 
 def register_target_encoder(kind: str, factory: TargetEncoderFactory) -> None:
@@ -144,10 +236,16 @@ def register_target_encoder(kind: str, factory: TargetEncoderFactory) -> None:
 
 
 def make_encoder(space: Space, target_part: str = "raw") -> ConcatEncoder:
-    """The standard encoder: [LoopNestEncoder || target part ``target_part``]."""
-    if target_part not in _TARGET_ENCODERS:
+    """The standard encoder: [LoopNestEncoder || target part], ``target_part`` naming a
+    registered target part, optionally followed by ``+host`` (the host part last)."""
+    name, _, rest = target_part.partition("+")
+    if name not in _TARGET_ENCODERS or rest not in ("", HOST_PART):
         raise CognateError(
             f"unknown target encoding {target_part!r}; expected one of "
             + ", ".join(sorted(_TARGET_ENCODERS))
+            + f", each optionally with +{HOST_PART}"
         )
-    return ConcatEncoder([LoopNestEncoder(space), _TARGET_ENCODERS[target_part](space)])
+    parts = [LoopNestEncoder(space), _TARGET_ENCODERS[name](space)]
+    if rest:
+        parts.append(HostEncoder(space))
+    return ConcatEncoder(parts)

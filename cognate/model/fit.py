@@ -73,9 +73,15 @@ ProgressFn = Callable[[int, int, int, dict[str, float] | None], None]
 
 
 def encode_all(runs: Sequence[MatrixRuns], encoder: ConfigEncoder) -> None:
+    """Each run's raw encodings (an encoder with a host part reads the run's host)."""
     for run in runs:
         if run.features is None:
-            run.features = encoder.encode(run.configs, run.matrix.shape, run.width)
+            if getattr(encoder, "uses_host", False):
+                run.features = encoder.encode(
+                    run.configs, run.matrix.shape, run.width, host=run.host
+                )
+            else:
+                run.features = encoder.encode(run.configs, run.matrix.shape, run.width)
 
 
 def early_stop_value(entry: dict[str, float], preset: ModelPreset) -> float:

@@ -84,10 +84,10 @@ def record_verified(result: TuneResult, db: str | Path) -> int:
             c.error,
             range_s=c.range_s,
         )
-    isa = get_target(result.target).host_isa()
+    facts = get_target(result.target).host_facts()
     with Store(db) as store:
         return store.record(
             result.matrix, result.target, result.op, result.width, list(seen.values()),
             space_version=result.space_version, baseline_hash=result.baseline.config.hash,
-            isa=isa,
+            facts=facts,
         )  # fmt: skip

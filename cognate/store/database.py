@@ -19,6 +19,7 @@ from cognate.store.schema import (
     fold_simulator_hosts,
     migrate_to_v2,
     migrate_to_v3,
+    migrate_to_v4,
 )
 
 BUSY_TIMEOUT_MS = 60_000
@@ -108,6 +109,7 @@ class Database:
                     conn.execute(statement)
                 migrate_to_v2(conn)
                 migrate_to_v3(conn)
+                migrate_to_v4(conn)
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),),
@@ -117,7 +119,9 @@ class Database:
             elif version < SCHEMA_VERSION:
                 if version < 2:
                     migrate_to_v2(conn)
-                migrate_to_v3(conn)
+                if version < 3:
+                    migrate_to_v3(conn)
+                migrate_to_v4(conn)
                 conn.execute(
                     "UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),)
                 )

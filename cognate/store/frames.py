@@ -1,5 +1,5 @@
 """Records as pandas frames: the columns every export carries, their dtypes, the upgrade of
-an older export to schema 3's columns, and the atomic write of a frame to a file."""
+an older export to schema 4's columns, and the atomic write of a frame to a file."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from cognate.store.schema import LOAD_COLUMNS, old_spread_meaning
+from cognate.store.schema import HOST_COLUMNS, LOAD_COLUMNS, old_spread_meaning
 from cognate.util import atomic_path
 
 # Columns every export carries, in this order (later tools read any store through them).
@@ -44,6 +44,11 @@ FRAME_COLUMNS: tuple[str, ...] = (
     "busy_after",
     "isa",
     "vector_bits",
+    "cpu",
+    "l1d_bytes",
+    "l2_bytes",
+    "llc_bytes",
+    "cores",
 )
 
 
@@ -51,7 +56,7 @@ FRAME_QUERY = """
 SELECT r.id AS record_id, m.name AS matrix, m.sha256 AS matrix_sha256, m.source, m.rows, m.cols, m.nnz,
        r.target, r.op, r.width, c.json AS config, c.hash AS config_hash, r.space_version,
        r.runtime_s, r.spread_s, {range_column}, r.status, r.error, r.is_baseline, r.host,
-       r.time, r.counters, {v2_columns}, {isa_columns}
+       r.time, r.counters, {v2_columns}, {host_columns}
 FROM measurements r
 JOIN matrices m ON m.id = r.matrix_id
 JOIN configs c ON c.id = r.config_id
@@ -65,6 +70,8 @@ FRAME_DTYPES = {
     "noisy": "boolean",  # NULL where no load was recorded
     "isa": "object",  # NULL: not a cpu record, or one older than schema 3
     "vector_bits": "Int64",
+    "cpu": "object",  # NULL: not a cpu record, or a host whose facts were never recorded
+    **{c: "Int64" for c in ("l1d_bytes", "l2_bytes", "llc_bytes", "cores")},
 }
 
 
@@ -100,12 +107,32 @@ def none_if_nan(value: Any) -> Any:
 
 
 def upgrade_frame(df: pd.DataFrame) -> pd.DataFrame:
-    """Records exported before schema 3 (no ``range_s`` column) in schema 3's columns: each
-    old ``spread_s`` in the column of its meaning (``old_spread_meaning``; the other NULL),
-    ``isa`` and ``vector_bits`` NULL. A frame that has ``range_s`` (or lacks the columns the
-    rule reads: the import's check names them) is returned as it is."""
-    if "range_s" in df.columns or not {"spread_s", "target"} <= set(df.columns):
+    """Records exported before schema 4 in schema 4's columns: before schema 3 (no
+    ``range_s`` column) each old ``spread_s`` moves to the column of its meaning
+    (``old_spread_meaning``; the other NULL); the host columns a file lacks (``isa``,
+    ``vector_bits``, ``cpu``, the caches, ``cores``) are added empty. A frame that has them
+    all (or lacks the columns the rules read: the import's check names them) is returned as
+    it is."""
+    if not {"spread_s", "target"} <= set(df.columns):
         return df
+    if "range_s" not in df.columns:
+        df = _split_old_spread(df)
+    missing = [c for c in HOST_COLUMNS if c not in df.columns]
+    if not missing:
+        return df
+    df = df.copy()
+    at = df.columns.get_loc("busy_after") + 1 if "busy_after" in df.columns else len(df.columns)
+    for column in HOST_COLUMNS:
+        if column in df.columns:
+            at = df.columns.get_loc(column) + 1
+            continue
+        empty = None if FRAME_DTYPES[column] == "object" else pd.NA
+        df.insert(at, column, pd.Series([empty] * len(df), df.index, FRAME_DTYPES[column]))
+        at += 1
+    return df
+
+
+def _split_old_spread(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     counters = df["counters"] if "counters" in df.columns else pd.Series(None, index=df.index)
     meaning = pd.Series(
@@ -116,11 +143,6 @@ def upgrade_frame(df: pd.DataFrame) -> pd.DataFrame:
     old = df["spread_s"]
     df["spread_s"] = old.where(meaning != "range")
     df.insert(df.columns.get_loc("spread_s") + 1, "range_s", old.where(meaning != "iqr"))
-    at = df.columns.get_loc("busy_after") + 1 if "busy_after" in df.columns else len(df.columns)
-    for offset, (column, empty) in enumerate((("isa", None), ("vector_bits", pd.NA))):
-        if column not in df.columns:
-            dtype = FRAME_DTYPES[column]
-            df.insert(at + offset, column, pd.Series([empty] * len(df), df.index, dtype))
     return df
 
 

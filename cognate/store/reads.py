@@ -20,7 +20,7 @@ from cognate.store.frames import (
     upgrade_frame,
     write_frame,
 )
-from cognate.store.schema import LOAD_COLUMNS, V3_COLUMNS
+from cognate.store.schema import LOAD_COLUMNS, V3_COLUMNS, V4_COLUMNS
 
 _RETRYABLE = ("timeout", "error")
 
@@ -114,7 +114,10 @@ class Reads(Database):
         else:  # a v1 store opened read-only: the columns it lacks, as v1 rows migrate
             v2 = ", ".join(["1 AS attempts"] + [f"NULL AS {c}" for c in ("noisy", *LOAD_COLUMNS)])
         v3 = [f"r.{c}" if self.schema >= 3 else f"NULL AS {c}" for c, _ in V3_COLUMNS]
-        query = FRAME_QUERY.format(range_column=v3[0], v2_columns=v2, isa_columns=", ".join(v3[1:]))
+        v4 = [f"r.{c}" if self.schema >= 4 else f"NULL AS {c}" for c, _ in V4_COLUMNS]
+        query = FRAME_QUERY.format(
+            range_column=v3[0], v2_columns=v2, host_columns=", ".join(v3[1:] + v4)
+        )
         query += " WHERE " + " AND ".join(clauses) if clauses else ""
         query += " ORDER BY r.id"
         # One statement = one consistent WAL snapshot, even while a writer commits.

@@ -1,5 +1,5 @@
-"""The record store's schema: the tables of schema 3, the columns each older schema lacks, and
-the in-place migrations (v1 -> v2 -> v3) run inside the transaction that opens a store.
+"""The record store's schema: the tables of schema 4, the columns each older schema lacks, and
+the in-place migrations (v1 -> v2 -> v3 -> v4) run inside the transaction that opens a store.
 
 Schema 2 (a v1 store is migrated in place when opened for writing; read-only opens read
 it as it is):
@@ -21,6 +21,14 @@ Schema 3 (a v1 or v2 store is migrated in place the same way; every row is kept)
 - ``isa`` / ``vector_bits``: the vector ISA the measuring host's kernels were built for
   (cpu: 'avx512' / 'avx2' / 'avx' / 'generic' and 512 / 256 / 128); NULL for other targets
   and for records made before schema 3.
+
+Schema 4 (older stores are migrated in place the same way):
+- ``cpu``, ``l1d_bytes``, ``l2_bytes``, ``llc_bytes``, ``cores``: the measuring host's CPU
+  (model and family/model numbers), its cache sizes and cores (``cognate.hostid``), beside
+  ``isa`` / ``vector_bits``: what a cost model reads of the host. NULL for simulators. The
+  migration fills them for the records of this machine's own id (the id hashes exactly
+  these facts, so a record with it was measured on a machine that has them); records of
+  other hosts keep NULL until an import brings their facts.
 """
 
 from __future__ import annotations
@@ -30,10 +38,10 @@ import json
 import sqlite3
 from typing import Any
 
-from cognate.hostid import SIMULATED_HOST, is_simulated
+from cognate.hostid import SIMULATED_HOST, host_profile, is_simulated, machine_id
 from cognate.runner import STATUSES
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 LOAD_COLUMNS = ("load1_before", "busy_before", "load1_after", "busy_after")
 
 SCHEMA_SQL = f"""
@@ -106,9 +114,21 @@ V3_COLUMNS = (("range_s", "REAL"), ("isa", "TEXT"), ("vector_bits", "INTEGER"))
 V3_REPEAT_COLUMNS = (("range_s", "REAL"),)
 
 
+# Schema 4: the measuring host's CPU, caches and cores.
+V4_COLUMNS = (
+    ("cpu", "TEXT"),
+    ("l1d_bytes", "INTEGER"),
+    ("l2_bytes", "INTEGER"),
+    ("llc_bytes", "INTEGER"),
+    ("cores", "INTEGER"),
+)
+# Every column that describes the measuring host (hostid.HostFacts, in its order).
+HOST_COLUMNS: tuple[str, ...] = ("isa", "vector_bits", *(name for name, _ in V4_COLUMNS))
+
+
 @functools.cache
 def expected_tables(version: int) -> dict[str, tuple[str, ...]]:
-    """table -> columns of a store of schema ``version`` (1 to 3), read off the schema this
+    """table -> columns of a store of schema ``version`` (1 to 4), read off the schema this
     module creates (an in-memory store), so the check can never drift from it."""
     conn = sqlite3.connect(":memory:")
     try:
@@ -122,6 +142,9 @@ def expected_tables(version: int) -> dict[str, tuple[str, ...]]:
             for table, columns in (("measurements", V3_COLUMNS), ("repeats", V3_REPEAT_COLUMNS)):
                 for name, kind in columns:
                     conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {kind}")
+        if version >= 4:
+            for name, kind in V4_COLUMNS:
+                conn.execute(f"ALTER TABLE measurements ADD COLUMN {name} {kind}")
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")]
         return {t: tuple(row[1] for row in conn.execute(f"PRAGMA table_info({t})")) for t in tables}
     finally:
@@ -175,6 +198,28 @@ def migrate_to_v3(conn: sqlite3.Connection) -> None:
                spread_s = CASE WHEN old_spread_meaning(target, counters) = 'range'
                                THEN NULL ELSE spread_s END
            WHERE spread_s IS NOT NULL"""
+    )
+
+
+def migrate_to_v4(conn: sqlite3.Connection) -> None:
+    """v3 -> v4 in the open transaction: the host columns, filled for this machine's own
+    records (the module docstring)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(measurements)")}
+    for name, kind in V4_COLUMNS:
+        if name not in have:
+            conn.execute(f"ALTER TABLE measurements ADD COLUMN {name} {kind}")
+    profile = host_profile()
+    conn.execute(
+        """UPDATE measurements SET cpu = ?, l1d_bytes = ?, l2_bytes = ?, llc_bytes = ?, cores = ?
+           WHERE host = ? AND isa IS NOT NULL AND cpu IS NULL""",
+        (
+            profile.cpu,
+            profile.l1d_bytes,
+            profile.l2_bytes,
+            profile.llc_bytes,
+            profile.cores,
+            machine_id(),
+        ),
     )
 
 

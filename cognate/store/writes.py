@@ -13,7 +13,7 @@ from typing import Any
 import pandas as pd
 
 from cognate.errors import CognateError
-from cognate.hostid import SIMULATED_HOST, host_for, is_simulated
+from cognate.hostid import SIMULATED_HOST, HostFacts, host_for, is_simulated
 from cognate.matrix import Matrix
 from cognate.runner import STATUSES, Measurement
 from cognate.store.database import Database
@@ -25,7 +25,7 @@ from cognate.store.frames import (
     none_if_nan,
     upgrade_frame,
 )
-from cognate.store.schema import LOAD_COLUMNS
+from cognate.store.schema import HOST_COLUMNS, LOAD_COLUMNS
 
 _UPSERT_MATRIX = """
 INSERT INTO matrices (name, source, sha256, rows, cols, nnz) VALUES (?, ?, ?, ?, ?, ?)
@@ -43,13 +43,15 @@ _UPSERT_MEASUREMENT = """
 INSERT INTO measurements (matrix_id, target, op, width, config_id, space_version, runtime_s,
                           spread_s, range_s, counters, status, error, is_baseline, host, time,
                           noisy, load1_before, busy_before, load1_after, busy_after,
-                          isa, vector_bits)
+                          isa, vector_bits, cpu, l1d_bytes, l2_bytes, llc_bytes, cores)
 VALUES (?, ?, ?, ?, (SELECT id FROM configs WHERE hash = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-        ?, ?, ?, ?, ?, ?, ?)
+        ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (matrix_id, target, op, width, config_id, host) DO UPDATE SET
     space_version = excluded.space_version,
     runtime_s = excluded.runtime_s, spread_s = excluded.spread_s, range_s = excluded.range_s,
-    isa = excluded.isa, vector_bits = excluded.vector_bits,
+    isa = excluded.isa, vector_bits = excluded.vector_bits, cpu = excluded.cpu,
+    l1d_bytes = excluded.l1d_bytes, l2_bytes = excluded.l2_bytes,
+    llc_bytes = excluded.llc_bytes, cores = excluded.cores,
     counters = excluded.counters, status = excluded.status, error = excluded.error,
     is_baseline = excluded.is_baseline, time = excluded.time,
     attempts = measurements.attempts + 1, noisy = excluded.noisy,
@@ -120,7 +122,7 @@ class Writes(Database):
         host: str | None = None,
         load: tuple[Any, Any] | None = None,
         repeat: bool = False,
-        isa: tuple[str, int] | None = None,
+        facts: HostFacts | None = None,
     ) -> int:
         """Store a batch of measurements in one transaction; returns the rows written.
 
@@ -132,8 +134,8 @@ class Writes(Database):
         ``space_version`` (the space's YAML version) is kept per record. ``load``: the
         machine's load (timing.Load, or its ``as_dict()``) before and after the batch was
         timed; the records are marked noisy where either was busy. ``repeat``: the batch is
-        a second measurement of stored records, kept in ``repeats`` beside them. ``isa``:
-        (name, vector bits) of the measuring host (``Target.host_isa``), or None.
+        a second measurement of stored records, kept in ``repeats`` beside them. ``facts``:
+        the measuring host's ISA, CPU, caches and cores (``Target.host_facts``), or None.
         """
         if self.readonly:
             raise CognateError(f"{self.path}: opened read-only")
@@ -178,7 +180,7 @@ class Writes(Database):
                         host,
                         now,
                         *loads,
-                        *(isa or (None, None)),
+                        *(facts or (None,) * len(HOST_COLUMNS)),
                     ),
                 )
                 written += 1
@@ -270,10 +272,10 @@ class Writes(Database):
             """INSERT INTO measurements (matrix_id, target, op, width, config_id, space_version,
                    runtime_s, spread_s, range_s, counters, status, error, is_baseline, host,
                    time, attempts, noisy, load1_before, busy_before, load1_after, busy_after,
-                   isa, vector_bits)
+                   isa, vector_bits, cpu, l1d_bytes, l2_bytes, llc_bytes, cores)
                VALUES ((SELECT id FROM matrices WHERE sha256 = ?), ?, ?, ?,
                        (SELECT id FROM configs WHERE hash = ?), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?,
-                       ?, ?, ?, ?, ?, ?, ?, ?)
+                       ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (matrix_id, target, op, width, config_id, host) DO NOTHING""",
             (
                 row.matrix_sha256,
@@ -296,6 +298,8 @@ class Writes(Database):
                 *(finite_or_none(none_if_nan(getattr(row, c, None))) for c in LOAD_COLUMNS),
                 none_if_nan(getattr(row, "isa", None)),
                 int_or_none(getattr(row, "vector_bits", None)),
+                none_if_nan(getattr(row, "cpu", None)),
+                *(int_or_none(getattr(row, c, None)) for c in HOST_COLUMNS[3:]),
             ),
         )
         return cursor.lastrowid if cursor.rowcount == 1 else None

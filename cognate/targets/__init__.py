@@ -19,6 +19,7 @@ from typing import Any
 from cognate.budget import Cost
 from cognate.config import Config
 from cognate.errors import CognateError
+from cognate.hostid import HostFacts
 from cognate.matrix import Matrix
 from cognate.runner import Measurement, ProgressFn, Runner
 from cognate.space import Space
@@ -122,9 +123,9 @@ class Target:
         """The cores one measurement occupies (what the machine-load check compares with)."""
         return os.cpu_count() or 1
 
-    def host_isa(self) -> tuple[str, int] | None:
-        """The vector ISA this machine's kernels of the target are built for, as the store
-        records it beside each measurement: (name, vector width in bits); None where it
+    def host_facts(self) -> HostFacts | None:
+        """What the store records of this machine beside each measurement: the vector ISA
+        this target's kernels are built for, the CPU, its caches and cores; None where it
         does not apply (a simulator, a GPU)."""
         return None
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from cognate.budget import Cost
 from cognate.config import Config
+from cognate.hostid import HostFacts
 from cognate.matrix import Matrix
 from cognate.runner import ProgressFn, Runner
 from cognate.space import Space
@@ -93,12 +94,13 @@ class CpuTarget(Target):
         described = json.dumps({**info, "runtime_args": args}, indent=2) + "\n"
         return [(".c", header + source), (".json", described)]
 
-    def host_isa(self) -> tuple[str, int] | None:
-        """The ISA the kernels are compiled for here (isa.py): e.g. ("avx512", 512)."""
+    def host_facts(self) -> HostFacts | None:
+        """The ISA the kernels are compiled for here (isa.py), e.g. avx512 / 512, and this
+        machine's CPU, caches and cores (hostid.py)."""
         from cognate.targets.cpu.isa import host_isa
 
         isa = host_isa()
-        return isa.name, isa.vector_bits
+        return HostFacts.of(isa.name, isa.vector_bits)
 
     def variants(
         self, op: str, width: int, configs: Sequence[Config]

@@ -400,6 +400,29 @@ class CpuSpace(Space):
             csr[:] = [*bits, chunk]
         return np.concatenate([csr, self.families.features(config)])
 
+    def kernel_knob_features(self, config: Config) -> np.ndarray:
+        """SpMM: the kernel's vector tile and row schedule as the kernel runs them, a config
+        without the knobs at their defaults (codegen.DEFAULT_VECTOR, the default schedule):
+        [log2 vbits - 8, log2 vregs / 3, log2 unroll / 2, one thread, log2(1 + prefetch) / 4,
+        log2(1 + batch) / 8, nzsplit]. SDDMM: none (its kernels have no such knobs)."""
+        if self.op != "spmm":
+            return np.zeros(0, dtype=np.float32)
+        knobs = config.knobs
+        tile = DEFAULT_VECTOR.knobs | {k: knobs[k] for k in VECTOR_KNOBS if k in knobs}
+        sched = Schedule().knobs | {k: knobs[k] for k in SCHEDULE_KNOBS if k in knobs}
+        return np.array(
+            [
+                np.log2(tile["vbits"]) - 8,
+                np.log2(tile["vregs"]) / 3,
+                np.log2(tile["unroll"]) / 2,
+                float(sched["threads"] == 1),
+                np.log2(1 + sched["prefetch"]) / 4,
+                np.log2(1 + sched["batch"]) / 8,
+                float(sched["nzsplit"]),
+            ],
+            dtype=np.float32,
+        )
+
     def family(self, config: Config) -> str:
         """csr (no ``family`` knob), dia, bcsr, reordered or panel."""
         return self.kernel_family(config.knobs).name
