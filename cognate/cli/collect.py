@@ -30,10 +30,16 @@ from cognate.targets import OPS, target_names
     type=int,
     default=None,
     help=f"Configs sampled per matrix (default {DEFAULT_CONFIGS}), spread over the kernel "
-    "families, plus the baseline and its kernel variants (cpu SpMM: vector tiles and row "
-    "schedules); with --all-configs, the cap for spaces too large to enumerate.",
+    "families, plus the baseline; with --all-configs, the cap for spaces too large to "
+    "enumerate.",
 )
 @click.option("--all-configs", is_flag=True, help="Every config of the space (spade, gpu).")
+@click.option(
+    "--all-variants",
+    is_flag=True,
+    help="Every kernel variant of the baseline (cpu SpMM: 512/256-bit register tiles, row "
+    "schedules) on top of the --configs sample, instead of one family of its spread.",
+)
 @click.option("--seed", type=int, default=0, show_default=True, help="Sampling seed.")
 @db_option("to record the measurements in (created if new)", "db_path")
 @click.option(
@@ -90,6 +96,7 @@ def collect_command(
     width: int,
     n_configs: int | None,
     all_configs: bool,
+    all_variants: bool,
     seed: int,
     db_path: Path,
     ray_address: str | None,
@@ -129,6 +136,7 @@ def collect_command(
         retry_failed=retry_failed,
         host_id=host_id,
         batch=batch,
+        all_variants=all_variants,
     )
     click.echo(f"cognate: {summary.line()}")
     ctx.exit(summary.exit_code)

@@ -15,7 +15,9 @@ from cognate.records import load_record_matrix, load_runs  # noqa: F401 - re-exp
 from cognate.targets import OPS
 
 if TYPE_CHECKING:  # torch and pandas load only when a command runs: `cognate --help` stays fast
+    from cognate.model.predictor import RankingNetwork
     from cognate.records import MatrixRuns
+    from cognate.space import Space
 
 
 def register(main: click.Group, data: click.Group) -> None:
@@ -61,6 +63,15 @@ def register(main: click.Group, data: click.Group) -> None:
     "cores (one model for several hosts). Default: knobs+host for real machines (cpu, gpu), "
     "raw for simulators.",
 )
+@click.option(
+    "--featurizer-from",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="MODEL",
+    help="Take MODEL's featurizer (architecture and weights), frozen, and train only the "
+    "predictor: each matrix is embedded once, so new records or a new --encoding train in "
+    "minutes, not hours.",
+)
 @click.option("-o", "--output", type=click.Path(path_type=Path), required=True, help="Model file.")
 def pretrain(
     db: Path,
@@ -73,6 +84,7 @@ def pretrain(
     hold_out: float,
     max_nnz: int | None,
     encoding: str | None,
+    featurizer_from: Path | None,
     output: Path,
 ) -> None:
     """Train a cost model (featurizer + ranking predictor) on measured runtimes.
@@ -100,6 +112,7 @@ def pretrain(
     if encoding is None:
         encoding = "knobs+host" if get_target(target).exclusive else "raw"
     encoder = make_encoder(space, encoding)
+    source = _featurizer_source(featurizer_from, space) if featurizer_from else None
     console = Console(stderr=True, soft_wrap=True)  # a pipe gets whole lines
     frame = record_frame(db, space, max_nnz)
     runs, held_out = _hold_out(read_runs(frame, space), hold_out, seed)
@@ -117,8 +130,17 @@ def pretrain(
     )
     progress = EpochReporter(spec.train.epochs)
     model = train(
-        runs, space, spec, seed=seed, encoder=encoder, progress=progress, held_out=held_out
+        runs,
+        space,
+        spec,
+        seed=seed,
+        encoder=encoder,
+        progress=progress,
+        held_out=held_out,
+        featurizer_from=source,
     )
+    if featurizer_from is not None:
+        model.metadata["featurizer_from"] = str(featurizer_from)
     if max_nnz is not None:
         model.metadata["max_nnz"] = max_nnz
     model.save(output)
@@ -127,6 +149,17 @@ def pretrain(
     caveat = validation_caveat(runs, validation)
     if caveat:
         console.print(caveat, markup=False)
+
+
+def _featurizer_source(path: Path, space: Space) -> RankingNetwork:
+    """The network whose featurizer a model takes (``--featurizer-from``)."""
+    from cognate.model.cost_model import CostModel
+    from cognate.model.learned import LearnedModel
+
+    model = CostModel.load(path, space)
+    if not isinstance(model, LearnedModel):
+        raise CognateError(f"{path}: --featurizer-from needs a trained model, not a random one")
+    return model.network
 
 
 def _hold_out(

@@ -140,6 +140,7 @@ def collect(
     retries: int = DEFAULT_RETRIES,
     retry_failed: bool = False,
     host_id: str | None = None,
+    all_variants: bool = False,
 ) -> CollectSummary:
     """Measure configs of every matrix on one target into the store at ``db_path``.
 
@@ -151,7 +152,8 @@ def collect(
     ``n_configs`` candidates per matrix instead of a sample. Ctrl-C, SIGTERM and SIGHUP
     stop the run; the summary says so. A resume measures stored ``timeout`` / ``error``
     records again, up to ``retries`` more times (``retry_failed``: whatever their count).
-    ``host_id`` names this machine in the records (default: cognate.hostid). Exclusive
+    ``host_id`` names this machine in the records (default: cognate.hostid).
+    ``all_variants``: every kernel variant of the baseline on top of the sample. Exclusive
     targets time each chunk under the machine-wide timing lock, record the load around it
     and time 5% of each matrix's configs twice (the summary reports their agreement).
     """
@@ -178,7 +180,12 @@ def collect(
             f"cognate: --jobs ignored: {target.name} timings take the whole machine",
             soft_wrap=True,
         )
-    choose: dict[str, Any] = {"n_configs": n_configs, "all_configs": all_configs, "seed": seed}
+    choose: dict[str, Any] = {
+        "n_configs": n_configs,
+        "all_configs": all_configs,
+        "seed": seed,
+        "all_variants": all_variants,
+    }
     if from_model is not None:
         choose["picker"] = model_picker(from_model, target.name, space, op, width, n_configs)
     # SIGTERM / SIGHUP (schedulers, the OOM killer's first try, a closed terminal) stop the

@@ -76,9 +76,12 @@ def choose_configs(
     all_configs: bool,
     seed: int,
     picker: ConfigPicker | None = None,
+    all_variants: bool = False,
 ) -> tuple[Config, list[Config]]:
     """(baseline, configs to have measured): the baseline first, no duplicates. A
-    ``picker`` (a cost model's choice) replaces the seeded sample."""
+    ``picker`` (a cost model's choice) replaces the seeded sample. The kernel variants of
+    the baseline (cpu SpMM) are one family of the sample's spread, or with ``all_variants``
+    every one of them comes on top of the ``n_configs``."""
     shape = matrix.shape
     per_matrix = matrix_seed(seed, matrix)
     if picker is not None:
@@ -94,11 +97,11 @@ def choose_configs(
     if picker is None and not all_configs:
         # A sample may hold more than asked (cpu: the family grids come on top of n csr
         # configs): measure n, spread over the families (knob ``family``), plus the baseline
-        # and every kernel variant of the baseline (a handful; what they are worth is the
-        # question their records answer on each matrix).
+        # (and, asked for, every kernel variant: records that say what each is worth on
+        # every matrix, for a model that ranks them).
         others = [c for c in unique.values() if c != baseline]
-        variants = [c for c in others if _group(c) == VARIANTS]
-        rest = spread_over_families([c for c in others if _group(c) != VARIANTS], n_configs)
+        variants = [c for c in others if _group(c) == VARIANTS] if all_variants else []
+        rest = spread_over_families([c for c in others if c not in variants], n_configs)
         return baseline, [baseline, *rest, *variants]
     return baseline, list(unique.values())
 

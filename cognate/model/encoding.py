@@ -193,6 +193,17 @@ class HostEncoder(ConfigEncoder):
         return row.expand(len(configs), -1).clone()
 
 
+def neutral_host_weights(network: torch.nn.Module, encoder: ConfigEncoder) -> None:
+    """Zero the predictor's first-layer weights on the host part (the encoding's last
+    columns). Trained on one host, those inputs never vary, so their weights would keep their
+    random start and turn another host's facts into noise; from zero they stay zero until the
+    records hold two hosts whose facts differ."""
+    if not getattr(encoder, "uses_host", False):
+        return
+    with torch.no_grad():
+        network.predictor[0].weight[:, -HostEncoder.dim :] = 0.0
+
+
 class ConcatEncoder(ConfigEncoder):
     """[p || target part (|| host part)]: the encoding the predictor consumes."""
 

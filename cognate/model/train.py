@@ -15,7 +15,7 @@ import torch
 
 from cognate.errors import CognateError
 from cognate.model.checkpoint import checkpoint_metadata
-from cognate.model.encoding import ConfigEncoder, make_encoder
+from cognate.model.encoding import ConfigEncoder, make_encoder, neutral_host_weights
 from cognate.model.fit import (
     ProgressFn,
     early_stop_value,
@@ -39,6 +39,7 @@ def train(
     encoder: ConfigEncoder | None = None,
     progress: ProgressFn | None = None,
     held_out: Sequence[MatrixRuns] = (),
+    featurizer_from: RankingNetwork | None = None,
 ) -> LearnedModel:
     """Train a fresh cost model on ``runs``; returns the best-validation model (its network,
     encoder and metadata: ``save`` writes the checkpoint).
@@ -46,9 +47,14 @@ def train(
     Fills in each run's ``features`` (its configs' encodings) when absent. ``held_out``
     runs (matrices outside ``runs``) never touch training or epoch selection: the chosen
     model is scored on them once, into the metadata's ``split.test`` / ``metrics.test``.
+    ``featurizer_from``: take that network's featurizer (architecture and weights), frozen,
+    and train the predictor only (a new encoding or new hosts' records in minutes: each
+    matrix is embedded once).
     """
     if len({r.key for r in runs}) < 2:
         raise CognateError("training needs measured configs of at least 2 matrices")
+    if featurizer_from is not None:
+        preset = frozen_featurizer_preset(preset, featurizer_from)
     encoder = encoder or make_encoder(space)
     encode_all(runs, encoder)
     train_keys, val_keys = split_matrices([r.key for r in runs], preset.train.val_fraction, seed)
@@ -57,6 +63,9 @@ def train(
 
     torch.manual_seed(seed)
     model = RankingNetwork(preset, encoder.dim)
+    if featurizer_from is not None:
+        model.featurizer.load_state_dict(featurizer_from.featurizer.state_dict())
+    neutral_host_weights(model, encoder)
     model.set_normalisation(torch.cat([r.features for r in train_runs]))
     history = fit(model, train_runs, val_runs, seed, progress)
     best = max(history[1:], key=lambda h: early_stop_value(h, preset))
@@ -73,6 +82,13 @@ def train(
     if held_out:
         _score_held_out(model, held_out, encoder, metadata)
     return LearnedModel(model, encoder, metadata, space)
+
+
+def frozen_featurizer_preset(preset: ModelPreset, source: RankingNetwork) -> ModelPreset:
+    """``preset`` with ``source``'s featurizer architecture, frozen (its weights are loaded
+    by the caller): the predictor and training settings stay ``preset``'s."""
+    featurizer = source.preset.featurizer.model_copy(update={"trainable": False})
+    return preset.model_copy(update={"featurizer": featurizer})
 
 
 def _score_held_out(

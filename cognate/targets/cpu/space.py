@@ -50,13 +50,13 @@ TARGET = "cpu"
 # tiles of 2-8 vectors, two unrolls; the row schedules one at a time.
 VARIANT_VREGS: tuple[int, ...] = (2, 4, 8)
 VARIANT_UNROLLS: tuple[int, ...] = (2, 4)
-VARIANT_SCHEDULES: tuple[Schedule, ...] = (
-    Schedule(threads=1),
-    Schedule(batch=16),
-    Schedule(batch=64),
+VARIANT_SCHEDULES: tuple[Schedule, ...] = (  # the most frequent winners first
     Schedule(batch=256),
     Schedule(nzsplit=1),
+    Schedule(threads=1),
+    Schedule(batch=64),
     Schedule(prefetch=4),
+    Schedule(batch=16),
     Schedule(prefetch=16),
 )
 
@@ -582,19 +582,21 @@ class CpuSpace(Space):
         row schedule (codegen.VECTOR_KNOBS, SCHEDULE_KNOBS): one knob group changed at a time,
         so records say what each knob is worth; none for SDDMM, whose kernel has no such knobs.
         Vector widths from 256 bits up that this host has (128-bit vectors never won a
-        measured matrix, scripts/bench_space_oracle.py)."""
+        measured matrix, scripts/bench_space_oracle.py), widest first; tiles and schedules
+        alternate, so the first few (a small sample's share) hold some of each."""
         if self.op != "spmm":
             return []
         plain = dict(self._baseline.knobs)
         widths = [bits for bits in host_isa().widths if bits >= 256] or [host_isa().vector_bits]
         tiles = [
-            VectorTile(bits, vregs, unroll)
-            for bits in widths
-            for vregs in VARIANT_VREGS
+            {**plain, **VectorTile(bits, vregs, unroll).knobs}
+            for bits in reversed(widths)
+            for vregs in reversed(VARIANT_VREGS)
             for unroll in VARIANT_UNROLLS
+            if VectorTile(bits, vregs, unroll) != DEFAULT_VECTOR
         ]
-        knobs = [{**plain, **tile.knobs} for tile in tiles if tile != DEFAULT_VECTOR]
-        knobs += [{**plain, **schedule.knobs} for schedule in VARIANT_SCHEDULES]
+        schedules = [{**plain, **schedule.knobs} for schedule in VARIANT_SCHEDULES]
+        knobs = [k for pair in itertools.zip_longest(schedules, tiles) for k in pair if k]
         return [self.validate(k) for k in knobs]
 
     def sample_csr(self, n: int, seed: int, shape: tuple[int, int]) -> list[Config]:
