@@ -363,7 +363,7 @@ def test_v1_store_is_migrated_and_simulator_copies_fold_into_one(
     with Store(db, readonly=True) as store:  # read-only: read as it is, not migrated
         assert store.schema == 1 and len(store.frame()) == 8
     with Store(db) as store:
-        assert store.schema == SCHEMA_VERSION == 3
+        assert store.schema == SCHEMA_VERSION == 4
         df = store.frame()
         spade = df[df["target"] == "spade"]
         # One host-independent copy per config, the newest (runtime 2.0) kept.

@@ -130,7 +130,7 @@ def test_v2_store_of_real_records_migrates_with_nothing_lost(tmp_path: Path) -> 
         assert store.schema == 2
         readonly = store.frame()
     with Store(db) as store:
-        assert store.schema == SCHEMA_VERSION == 3
+        assert store.schema == SCHEMA_VERSION == 4
         migrated = store.frame()
         repeats = store.repeats()
     _check_migrated(old, migrated)

@@ -15,7 +15,7 @@ from cognate.records import load_record_matrix, load_runs  # noqa: F401 - re-exp
 from cognate.targets import OPS
 
 if TYPE_CHECKING:  # torch and pandas load only when a command runs: `cognate --help` stays fast
-    from cognate.model.predictor import RankingNetwork
+    from cognate.model.learned import LearnedModel
     from cognate.records import MatrixRuns
     from cognate.space import Space
 
@@ -137,10 +137,13 @@ def pretrain(
         encoder=encoder,
         progress=progress,
         held_out=held_out,
-        featurizer_from=source,
+        featurizer_from=source.network if source else None,
     )
-    if featurizer_from is not None:
-        model.metadata["featurizer_from"] = str(featurizer_from)
+    if source is not None:  # the featurizer's own training matrices: not held out from it
+        model.metadata["featurizer_from"] = {
+            "model": str(featurizer_from),
+            "train": source.metadata.get("split", {}).get("train", []),
+        }
     if max_nnz is not None:
         model.metadata["max_nnz"] = max_nnz
     model.save(output)
@@ -151,15 +154,15 @@ def pretrain(
         console.print(caveat, markup=False)
 
 
-def _featurizer_source(path: Path, space: Space) -> RankingNetwork:
-    """The network whose featurizer a model takes (``--featurizer-from``)."""
+def _featurizer_source(path: Path, space: Space) -> LearnedModel:
+    """The model whose featurizer a model takes (``--featurizer-from``)."""
     from cognate.model.cost_model import CostModel
     from cognate.model.learned import LearnedModel
 
     model = CostModel.load(path, space)
     if not isinstance(model, LearnedModel):
         raise CognateError(f"{path}: --featurizer-from needs a trained model, not a random one")
-    return model.network
+    return model
 
 
 def _hold_out(

@@ -67,7 +67,8 @@ def train(
         model.featurizer.load_state_dict(featurizer_from.featurizer.state_dict())
     neutral_host_weights(model, encoder)
     model.set_normalisation(torch.cat([r.features for r in train_runs]))
-    history = fit(model, train_runs, val_runs, seed, progress)
+    frozen = _embedded_once(model) if featurizer_from is not None else None
+    history = fit(model, train_runs, val_runs, seed, progress, frozen)
     best = max(history[1:], key=lambda h: early_stop_value(h, preset))
     names = {r.key: r.matrix.name for r in runs}
     metadata = {
@@ -82,6 +83,21 @@ def train(
     if held_out:
         _score_held_out(model, held_out, encoder, metadata)
     return LearnedModel(model, encoder, metadata, space)
+
+
+def _embedded_once(model: RankingNetwork):
+    """runs -> {key: embedding} for a frozen featurizer, each matrix embedded once with the
+    fastest backend (MinkowskiEngine where installed: the same numbers as the torch one)."""
+    cache: dict[str, torch.Tensor] = {}
+
+    def embeddings(runs: Sequence[MatrixRuns]) -> dict[str, torch.Tensor]:
+        with torch.no_grad():
+            for run in runs:
+                if run.key not in cache:
+                    cache[run.key] = model.featurizer.embed(run.matrix).clone()
+        return {r.key: cache[r.key] for r in runs}
+
+    return embeddings
 
 
 def frozen_featurizer_preset(preset: ModelPreset, source: RankingNetwork) -> ModelPreset:

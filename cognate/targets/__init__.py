@@ -14,15 +14,17 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cognate.budget import Cost
 from cognate.config import Config
 from cognate.errors import CognateError
-from cognate.hostid import HostFacts
 from cognate.matrix import Matrix
 from cognate.runner import Measurement, ProgressFn, Runner
 from cognate.space import Space
+
+if TYPE_CHECKING:  # hostid asks the registry whether a target is simulated
+    from cognate.hostid import HostFacts
 
 OPS: tuple[str, ...] = ("spmm", "sddmm")
 # The targets that ship with cognate (a package each under cognate/targets/).

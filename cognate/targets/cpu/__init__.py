@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cognate.budget import Cost
 from cognate.config import Config
-from cognate.hostid import HostFacts
 from cognate.matrix import Matrix
 from cognate.runner import ProgressFn, Runner
 from cognate.space import Space
 from cognate.targets import Target, Verification
+
+if TYPE_CHECKING:
+    from cognate.hostid import HostFacts
 from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH as MAX_WIDTH
 
 
@@ -97,6 +99,7 @@ class CpuTarget(Target):
     def host_facts(self) -> HostFacts | None:
         """The ISA the kernels are compiled for here (isa.py), e.g. avx512 / 512, and this
         machine's CPU, caches and cores (hostid.py)."""
+        from cognate.hostid import HostFacts  # here: hostid reads the target registry
         from cognate.targets.cpu.isa import host_isa
 
         isa = host_isa()
