@@ -38,6 +38,14 @@ def main(argv: list[str] | None = None) -> int:
         help="the model whose featurizer every arm shares (frozen)",
     )
     parser.add_argument("--cache", type=Path, default=None, help="embeddings cache file")
+    parser.add_argument(
+        "--held-out-of",
+        type=Path,
+        default=None,
+        metavar="MODEL",
+        help="instead: score MODEL on its own held-out matrices per host, beside the greedy "
+        "fixed set of the same host's training matrices",
+    )
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
     args = parser.parse_args(argv)
     try:
@@ -62,6 +70,8 @@ def run(args: argparse.Namespace) -> dict:
     start = time.perf_counter()
     runs = read_runs(record_frame(args.db, space, args.max_nnz), space)
     by_host = lohosts.hosts_of(runs)
+    if args.held_out_of is not None:
+        return _held_out(args.held_out_of, space, runs)
     if len(by_host) < 2:
         raise CognateError(f"{args.db}: records of {len(by_host)} host(s); need 2 or more")
     print(f"{len(runs)} runs of {len({r.key for r in runs})} matrices on {len(by_host)} hosts:")
@@ -94,6 +104,24 @@ def run(args: argparse.Namespace) -> dict:
         }
     print(f"done in {time.perf_counter() - start:.0f} s")
     return summary
+
+
+def _held_out(path: Path, space, runs) -> dict:
+    from cognate.evaluate import hosts as lohosts
+
+    model, _ = lohosts.load_featurizer(path, space)
+    table = lohosts.held_out_per_host(model, runs)
+    print(
+        "| host | held-out runs | model top-1 | model best of 5 | fixed top-1 | fixed 5-set | baseline |"
+    )
+    for name, row in table.items():
+        cells = [f"{100 * row[k]:.1f}%" for k in (
+            "model_top1", "model_top5", "fixed_top1", "fixed_top5", "baseline_top1"
+        )]  # fmt: skip
+        print(
+            f"| {name} | {row['runs']} ({row['matrices']} matrices) | " + " | ".join(cells) + " |"
+        )
+    return {"held_out_of": str(path), **table}
 
 
 def _print(result: dict, table: dict) -> None:

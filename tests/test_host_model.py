@@ -261,3 +261,22 @@ def test_one_host_training_leaves_the_host_part_neutral(two_hosts, space) -> Non
         here = model.network.score(embedding, run.width, run.features)
         there = model.network.score(embedding, run.width, on_xeon)
     assert torch.allclose(here, there)
+
+
+def test_a_model_is_scored_per_host_on_its_held_out_matrices(two_hosts, space) -> None:
+    runs = load_runs(two_hosts, space)
+    keys = sorted({r.key for r in runs})
+    held_out = [r for r in runs if r.key in keys[:3]]
+    fitted = [r for r in runs if r.key not in keys[:3]]
+    model = train(
+        fitted, space, _tiny_preset(), encoder=make_encoder(space, "knobs+host"), held_out=held_out
+    )
+    for run in held_out:
+        run.features = None
+    table = lohosts.held_out_per_host(model, load_runs(two_hosts, space))
+    assert set(table) == {ZEN3.cpu, XEON.cpu}
+    for row in table.values():
+        assert row["matrices"] == 3 and row["runs"] == 3
+        assert row["fixed_top1"] == pytest.approx(1.0)  # each host's best config, found
+        assert 0 < row["model_top1"] <= row["model_top5"] <= 1.0 + 1e-9
+        assert row["baseline_top1"] == pytest.approx(0.5, abs=0.2)

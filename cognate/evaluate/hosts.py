@@ -337,3 +337,52 @@ def make_trainer(
     preset = frozen_featurizer_preset(model.network.preset, model.network)
     preset = preset.with_train(epochs=epochs)
     return Trainer(preset, model.network, encoder, embeddings)
+
+
+def held_out_per_host(model: LearnedModel, runs: Sequence[MatrixRuns]) -> dict[str, dict]:
+    """A trained model on its own held-out matrices (metadata ``split.test``), per host:
+    % of the host's oracle of its top-1 and best-of-5, the greedy fixed set of the same
+    host's training matrices (``split.train``) and the baseline config."""
+    split = model.metadata.get("split", {})
+    test = {m["sha256"] for m in split.get("test", [])}
+    train = {m["sha256"] for m in split.get("train", [])}
+    if not test:
+        raise CognateError("the model names no held-out matrices (pretrain --hold-out)")
+    out = {}
+    for name, host in hosts_of(runs).items():
+        held = [r for r in host.runs if r.key in test and r.baseline is not None]
+        fitted = [r for r in host.runs if r.key in train and r.baseline is not None]
+        if not held:
+            continue
+        encode_all(held, model.encoder)
+        embeddings = {r.key: model.embed(r.matrix) for r in held}
+        oracle = {run_key(r): float(r.runtimes[r.baseline] / r.runtimes.min()) for r in held}
+        arms = {
+            "model": score_runs(_scored_order(model, embeddings), held),
+            "fixed": score_runs(fixed_order(greedy_fixed_set(fitted, TOP_K)), held),
+            "baseline": score_runs(lambda r: [r.baseline], held),
+        }
+        out[name] = {
+            "runs": len(held),
+            "matrices": len({r.key for r in held}),
+            **{f"{arm}_top1": _share(s.top1, oracle) for arm, s in arms.items()},
+            **{
+                f"{arm}_top5": _share(s.top5, oracle)
+                for arm, s in arms.items()
+                if arm != "baseline"
+            },
+        }
+    return out
+
+
+def _scored_order(model: LearnedModel, embeddings: dict) -> Callable[[MatrixRuns], list[int]]:
+    def order(run: MatrixRuns) -> list[int]:
+        scores = model.score(embeddings[run.key], run.features, run.width)
+        return list(np.argsort(scores, kind="stable"))
+
+    return order
+
+
+def _share(values: dict[str, float], oracle: dict[str, float]) -> float:
+    """Geomean of value / oracle over the runs: the share of the oracle reached."""
+    return float(np.exp(np.mean([np.log(values[k] / oracle[k]) for k in oracle])))
