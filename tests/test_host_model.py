@@ -280,3 +280,20 @@ def test_a_model_is_scored_per_host_on_its_held_out_matrices(two_hosts, space) -
         assert row["fixed_top1"] == pytest.approx(1.0)  # each host's best config, found
         assert 0 < row["model_top1"] <= row["model_top5"] <= 1.0 + 1e-9
         assert row["baseline_top1"] == pytest.approx(0.5, abs=0.2)
+
+
+def test_a_model_says_when_it_never_saw_a_host_like_this_one(two_hosts, space) -> None:
+    from cognate.model.encoding import new_host_note
+
+    runs = load_runs(two_hosts, space)  # Zen 3 and Xeon facts: neither is this machine's
+    model = train(runs, space, _tiny_preset(), encoder=make_encoder(space, "knobs+host"))
+    assert {h["cpu"] for h in model.metadata["hosts"]} == {ZEN3.cpu, XEON.cpu}
+    if any(np.allclose(h["features"], host_features(None)) for h in model.metadata["hosts"]):
+        pytest.skip("this machine has the facts of a test host")
+    note = new_host_note(model.encoder, model.metadata)
+    assert note and "never trained on a host like this one" in note and "--verify" in note
+    for run in runs:  # records of this machine (host None) make it a known host
+        run.host, run.features = None, None
+    here = train(runs, space, _tiny_preset(), encoder=make_encoder(space, "knobs+host"))
+    assert new_host_note(here.encoder, here.metadata) is None
+    assert new_host_note(make_encoder(space, "raw"), model.metadata) is None  # no host part

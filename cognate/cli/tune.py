@@ -200,6 +200,9 @@ def _run(
     chosen = choose_model(run["model"], run["target"], run["op"])
     if chosen.note:
         console.print(chosen.note, soft_wrap=True, markup=False)
+    new_host = _new_host_note(chosen.model)
+    if new_host:
+        console.print(new_host, soft_wrap=True, markup=False)
     run = {**run, "model": chosen.model}
     if store is not None:  # a damaged or unwritable store: one line now, not after timing
         _check_store(store)
@@ -290,6 +293,13 @@ def _print_json(
         out["learned"] = learned
     out["saved"] = str(saved) if saved else None
     click.echo(json.dumps(out, indent=2))
+
+
+def _new_host_note(model: Any) -> str | None:
+    from cognate.model.encoding import new_host_note
+
+    encoder = getattr(model, "encoder", None)
+    return new_host_note(encoder, model.metadata) if encoder is not None else None
 
 
 def _print_text(

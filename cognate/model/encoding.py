@@ -193,6 +193,39 @@ class HostEncoder(ConfigEncoder):
         return row.expand(len(configs), -1).clone()
 
 
+def hosts_of_runs(runs: Sequence[object]) -> list[dict[str, object]]:
+    """The distinct hosts of training runs (``MatrixRuns.host``; None: this machine), as a
+    model's metadata keeps them: CPU name and ``host_features``."""
+    seen: dict[tuple[float, ...], dict[str, object]] = {}
+    for run in runs:
+        profile = getattr(run, "host", None) or host_profile()
+        features = tuple(round(float(v), 4) for v in host_features(profile))
+        seen.setdefault(features, {"cpu": profile.cpu_model, "features": list(features)})
+    return list(seen.values())
+
+
+def new_host_note(encoder: ConfigEncoder, metadata: dict) -> str | None:
+    """One line when a host-aware model never trained on a host like this machine (its
+    facts differ from every training host's): rank-only picks there are not to be trusted
+    (docs/evaluation/hosts.md). None for models without a host part or a host list."""
+    hosts = metadata.get("hosts")
+    if not getattr(encoder, "uses_host", False) or not isinstance(hosts, list) or not hosts:
+        return None
+    here = host_features(None)
+    for host in hosts:
+        known = np.asarray(host.get("features", []) if isinstance(host, dict) else [], float)
+        if known.shape == here.shape and np.allclose(known, here, atol=1e-3):
+            return None
+    profile = host_profile()
+    names = ", ".join(str(h.get("cpu")) for h in hosts if isinstance(h, dict))
+    return (
+        f"note: the model never trained on a host like this one ({profile.cpu}, "
+        f"{profile.vector_bits}-bit vectors, {profile.l2_bytes >> 10} KiB L2); it trained on "
+        f"{names}. On a new host its rank-only pick can lose to the baseline config: "
+        "--verify times the picks, --verify --learn adapts the model here"
+    )
+
+
 def neutral_host_weights(network: torch.nn.Module, encoder: ConfigEncoder) -> None:
     """Zero the predictor's first-layer weights on the host part (the encoding's last
     columns). Trained on one host, those inputs never vary, so their weights would keep their

@@ -15,7 +15,12 @@ import torch
 
 from cognate.errors import CognateError
 from cognate.model.checkpoint import checkpoint_metadata
-from cognate.model.encoding import ConfigEncoder, make_encoder, neutral_host_weights
+from cognate.model.encoding import (
+    ConfigEncoder,
+    hosts_of_runs,
+    make_encoder,
+    neutral_host_weights,
+)
 from cognate.model.fit import (
     ProgressFn,
     early_stop_value,
@@ -80,6 +85,8 @@ def train(
         },
         "metrics": {"best_epoch": best["epoch"], "best": best, "history": history},
     }
+    if getattr(encoder, "uses_host", False):
+        metadata["hosts"] = hosts_of_runs(runs)
     if held_out:
         _score_held_out(model, held_out, encoder, metadata)
     return LearnedModel(model, encoder, metadata, space)
