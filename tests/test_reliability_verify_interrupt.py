@@ -22,6 +22,13 @@ def _hold_lock(env: dict[str, str]) -> subprocess.Popen:
     return holder
 
 
+def _interruptible() -> None:
+    """SIGINT at its default in tune, as in a terminal's foreground job: a suite started in
+    the background of a non-interactive shell (`pytest ... &`) inherits SIGINT ignored, and
+    tune, like any program, keeps ignoring it then."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_ctrl_c_during_verify_prints_no_traceback(tmp_path: Path, shared: Path) -> None:
     """The verify job waits for a timing lock another process holds (so it is surely running,
     past its imports); then the terminal's SIGINT goes to tune's whole process group."""
@@ -37,6 +44,7 @@ def test_ctrl_c_during_verify_prints_no_traceback(tmp_path: Path, shared: Path) 
          "--width", "8", "--verify", "--no-record"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
         start_new_session=True,  # its own group, as a shell's foreground job is
+        preexec_fn=_interruptible,
     )  # fmt: skip
     try:
         lines = []
