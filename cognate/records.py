@@ -45,13 +45,17 @@ class MatrixRuns:
 
 
 def runs_from_frame(
-    frame: pd.DataFrame, space: Space, load: Callable[[pd.Series], Matrix]
+    frame: pd.DataFrame,
+    space: Space,
+    load: Callable[[pd.Series], Matrix],
+    host: HostProfile | None = None,
 ) -> list[MatrixRuns]:
     """Group ok records by (matrix, width); repeated configs take the median (callers that
     may hold several hosts split by host first: ``runs_per_host``).
 
-    ``load`` returns the Matrix of a frame row (the first row of each matrix). Records of
-    another space version are not comparable and must be filtered out by the caller.
+    ``load`` returns the Matrix of a frame row (the first row of each matrix); ``host`` is
+    the measuring host every run gets (``record_host`` of the frame). Records of another
+    space version are not comparable and must be filtered out by the caller.
     """
     frame = _configs_the_space_takes(
         frame[(frame["status"] == "ok") & (frame["runtime_s"] > 0)], space
@@ -80,7 +84,7 @@ def runs_from_frame(
                 configs=configs,
                 runtimes=per_config["runtime_s"].to_numpy(dtype=np.float64, copy=True),
                 baseline=flags.index(True) if any(flags) else None,
-                host=record_host(rows),
+                host=host,
             )
         )
     return runs
@@ -187,7 +191,7 @@ def runs_per_host(
         return runs_from_frame(frame, space, load)
     runs = []
     for _host, part in frame.groupby("host", sort=True):
-        runs += runs_from_frame(part, space, load_once)
+        runs += runs_from_frame(part, space, load_once, record_host(part))
     # stable: within one (matrix, width) the hosts keep their sorted order
     return sorted(runs, key=lambda r: (r.key, r.width))
 

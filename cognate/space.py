@@ -111,6 +111,14 @@ class Space(ABC):
         """Raw numeric encoding (one-hot / ordinal) of the knobs loop_nest does not express."""
         raise NotImplementedError(f"{self.name} has no knob features")
 
+    def kernel_knob_features(self, config: Config) -> np.ndarray:
+        """The knobs a kernel has beside the space's own (the ``knobs`` encoding); none here."""
+        return np.zeros(0, dtype=np.float32)
+
+    def kernel_variants(self) -> list[Config]:
+        """Variants of the baseline's kernel a sample measures beside its draw; none here."""
+        return []
+
     def family(self, config: Config) -> str:
         """The kernel family ``config`` belongs to ("" where a space has a single one).
         Families are different kernels, not knob settings of one: the search verifies the

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,30 +100,22 @@ def choose_configs(
         # (and, asked for, every kernel variant: records that say what each is worth on
         # every matrix, for a model that ranks them).
         others = [c for c in unique.values() if c != baseline]
-        variants = [c for c in others if _group(c) == VARIANTS] if all_variants else []
-        rest = spread_over_families([c for c in others if c not in variants], n_configs)
-        return baseline, [baseline, *rest, *variants]
+        variants = set(space.kernel_variants())
+        extra = [c for c in others if c in variants] if all_variants else []
+        rest = spread_over_families([c for c in others if c not in extra], n_configs, variants)
+        return baseline, [baseline, *rest, *extra]
     return baseline, list(unique.values())
 
 
-# Knobs that make a plain CSR config a kernel variant (cpu's vector and schedule knobs): a
-# sample measures every variant beside its n configs.
-_VARIANT_KNOBS = ("vbits", "threads")
-VARIANTS = "variant"
-
-
-def _group(config: Config) -> str:
-    family = config.knobs.get("family")
-    if family is not None:
-        return str(family)
-    return VARIANTS if any(k in config.knobs for k in _VARIANT_KNOBS) else ""
-
-
-def spread_over_families(configs: Sequence[Config], n: int) -> list[Config]:
-    """``n`` of ``configs`` taken round-robin over their families, each in its given order."""
+def spread_over_families(
+    configs: Sequence[Config], n: int, variants: Collection[Config] = ()
+) -> list[Config]:
+    """``n`` of ``configs`` taken round-robin over their families (knob ``family``; the
+    space's kernel ``variants`` one family of their own), each in its given order."""
     families: dict[str, deque[Config]] = {}
     for config in configs:
-        families.setdefault(_group(config), deque()).append(config)
+        group = "variant" if config in variants else str(config.knobs.get("family", ""))
+        families.setdefault(group, deque()).append(config)
     chosen: list[Config] = []
     while len(chosen) < n and families:
         for name in list(families):

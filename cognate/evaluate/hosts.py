@@ -39,7 +39,12 @@ import numpy as np
 import torch
 
 from cognate.errors import CognateError
-from cognate.model.encoding import ConfigEncoder, make_encoder, neutral_host_weights
+from cognate.model.encoding import (
+    ConfigEncoder,
+    encode_on,
+    make_encoder,
+    neutral_host_weights,
+)
 from cognate.model.fit import encode_all, fit, split_matrices
 from cognate.model.fixed_set import greedy_fixed_set
 from cognate.model.learned import LearnedModel
@@ -162,9 +167,10 @@ class Trainer:
         network = RankingNetwork(self.preset, self.encoder.dim)
         network.featurizer.load_state_dict(self.source.featurizer.state_dict())
         neutral_host_weights(network, self.encoder)
-        fit_runs = [r for r in runs if r.key in set(fit_keys)]
+        fitting = set(fit_keys)
+        fit_runs = [r for r in runs if r.key in fitting]
         network.set_normalisation(torch.cat([r.features for r in fit_runs]))
-        val_runs = [r for r in runs if r.key in set(val_keys)]
+        val_runs = [r for r in runs if r.key not in fitting]
         fit(network, fit_runs, val_runs, seed, None, self._frozen)
         return network.eval()
 
@@ -228,9 +234,10 @@ def direction(
 ) -> dict[str, Any]:
     """Every arm of one (source, target) pair over ``seeds``: {arm: [ArmScores per seed]}."""
     test_keys, pool_keys = split_target(target, featurizer_train, test_seed)
-    test = [r for r in target.runs if r.key in set(test_keys) and r.baseline is not None]
-    source_runs = [r for r in source.runs if r.key not in set(test_keys)]
-    pool = [r for r in target.runs if r.key in set(pool_keys)]
+    held, pooled = set(test_keys), set(pool_keys)
+    test = [r for r in target.runs if r.key in held and r.baseline is not None]
+    source_runs = [r for r in source.runs if r.key not in held]
+    pool = [r for r in target.runs if r.key in pooled]
     arms: dict[str, list[ArmScores]] = {}
 
     def add(arm: str, scores: ArmScores) -> None:
@@ -239,31 +246,29 @@ def direction(
     if own is not None:  # deterministic: the same scores for every seed
 
         def own_order(run: MatrixRuns) -> list[int]:
-            shape, encoder = run.matrix.shape, own.encoder
-            if getattr(encoder, "uses_host", False):  # the run's host, not this machine
-                encoded = encoder.encode(run.configs, shape, run.width, host=run.host)
-            else:
-                encoded = encoder.encode(run.configs, shape, run.width)
+            # the run's host, not this machine
+            encoded = encode_on(own.encoder, run.configs, run.matrix.shape, run.width, run.host)
             scores = own.score(trainer.embeddings[run.key], encoded, run.width)
             return list(np.argsort(scores, kind="stable"))
 
         shipped = score_runs(own_order, test)
         for _ in seeds:
             add("featurizer's model", shipped)
+    baseline = score_runs(lambda r: [r.baseline], test)  # the same for every seed
 
     for seed in seeds:
         zero = trainer.fresh(source_runs, seed)
         add("zero-shot", score_runs(model_order(zero, trainer.embeddings), test))
-        add("baseline", score_runs(lambda r: [r.baseline], test))
+        add("baseline", baseline)
         full = trainer.fresh(pool, seed)
         add("T full", score_runs(model_order(full, trainer.embeddings), test))
         rng = np.random.default_rng(1000 + seed)
+        zero_order = model_order(zero, trainer.embeddings)
         for k in ks:
             picked = set(rng.permutation(pool_keys)[:k].tolist())
             k_runs = [r for r in pool if r.key in picked]
             tuned = trainer.tuned(zero, k_runs, seed)
             add(f"K matrices, K={k}", score_runs(model_order(tuned, trainer.embeddings), test))
-            zero_order = model_order(zero, trainer.embeddings)
             seen = [verify_view(r, zero_order(r), variant_hashes) for r in k_runs]
             learned = trainer.tuned(zero, seen, seed)
             add(f"K tunes, K={k}", score_runs(model_order(learned, trainer.embeddings), test))

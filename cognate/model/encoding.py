@@ -22,6 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from functools import cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -30,6 +31,9 @@ from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.hostid import HostProfile, host_profile
 from cognate.space import LOOP_VARS, LoopNest, Space
+
+if TYPE_CHECKING:
+    from cognate.records import MatrixRuns
 
 # A shape every space accepts, used only to learn a target part's width.
 _PROBE_SHAPE = (1024, 1024)
@@ -136,10 +140,8 @@ class KernelKnobEncoder(ConfigEncoder):
 
     def __init__(self, space: Space) -> None:
         self.raw = RawKnobEncoder(space)
-        self.kernel = getattr(space, "kernel_knob_features", None)
-        self.dim = self.raw.dim
-        if self.kernel is not None:
-            self.dim += int(np.asarray(self.kernel(space.baseline(_PROBE_SHAPE))).size)
+        self.kernel = space.kernel_knob_features
+        self.dim = self.raw.dim + int(self.kernel(space.baseline(_PROBE_SHAPE)).size)
 
     def encode(self, configs: Sequence[Config], shape: tuple[int, int], width: int) -> torch.Tensor:
         raw = self.raw.encode(configs, shape, width)
@@ -193,12 +195,26 @@ class HostEncoder(ConfigEncoder):
         return row.expand(len(configs), -1).clone()
 
 
-def hosts_of_runs(runs: Sequence[object]) -> list[dict[str, object]]:
+def encode_on(
+    encoder: ConfigEncoder,
+    configs: Sequence[Config],
+    shape: tuple[int, int],
+    width: int,
+    host: HostProfile | None,
+) -> torch.Tensor:
+    """``encoder.encode`` for configs measured on ``host`` (None: this machine): an encoder
+    with a host part reads it, any other encodes as always."""
+    if encoder.uses_host:
+        return encoder.encode(configs, shape, width, host=host)
+    return encoder.encode(configs, shape, width)
+
+
+def hosts_of_runs(runs: Sequence[MatrixRuns]) -> list[dict[str, object]]:
     """The distinct hosts of training runs (``MatrixRuns.host``; None: this machine), as a
     model's metadata keeps them: CPU name and ``host_features``."""
     seen: dict[tuple[float, ...], dict[str, object]] = {}
     for run in runs:
-        profile = getattr(run, "host", None) or host_profile()
+        profile = run.host or host_profile()
         features = tuple(round(float(v), 4) for v in host_features(profile))
         seen.setdefault(features, {"cpu": profile.cpu_model, "features": list(features)})
     return list(seen.values())
@@ -209,7 +225,7 @@ def new_host_note(encoder: ConfigEncoder, metadata: dict) -> str | None:
     facts differ from every training host's): rank-only picks there are not to be trusted
     (docs/evaluation/hosts.md). None for models without a host part or a host list."""
     hosts = metadata.get("hosts")
-    if not getattr(encoder, "uses_host", False) or not isinstance(hosts, list) or not hosts:
+    if not encoder.uses_host or not isinstance(hosts, list) or not hosts:
         return None
     here = host_features(None)
     for host in hosts:
@@ -231,7 +247,7 @@ def neutral_host_weights(network: torch.nn.Module, encoder: ConfigEncoder) -> No
     columns). Trained on one host, those inputs never vary, so their weights would keep their
     random start and turn another host's facts into noise; from zero they stay zero until the
     records hold two hosts whose facts differ."""
-    if not getattr(encoder, "uses_host", False):
+    if not encoder.uses_host:
         return
     with torch.no_grad():
         network.predictor[0].weight[:, -HostEncoder.dim :] = 0.0

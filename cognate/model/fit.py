@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import torch
 
-from cognate.model.encoding import ConfigEncoder
+from cognate.model.encoding import ConfigEncoder, encode_on
 from cognate.model.featurizer import matrix_points
 from cognate.model.predictor import RankingNetwork, pairwise_accuracy, ranking_loss
 from cognate.model.preset import ModelPreset
@@ -76,12 +76,7 @@ def encode_all(runs: Sequence[MatrixRuns], encoder: ConfigEncoder) -> None:
     """Each run's raw encodings (an encoder with a host part reads the run's host)."""
     for run in runs:
         if run.features is None:
-            if getattr(encoder, "uses_host", False):
-                run.features = encoder.encode(
-                    run.configs, run.matrix.shape, run.width, host=run.host
-                )
-            else:
-                run.features = encoder.encode(run.configs, run.matrix.shape, run.width)
+            run.features = encode_on(encoder, run.configs, run.matrix.shape, run.width, run.host)
 
 
 def early_stop_value(entry: dict[str, float], preset: ModelPreset) -> float:

@@ -85,7 +85,7 @@ def train(
         },
         "metrics": {"best_epoch": best["epoch"], "best": best, "history": history},
     }
-    if getattr(encoder, "uses_host", False):
+    if encoder.uses_host:
         metadata["hosts"] = hosts_of_runs(runs)
     if held_out:
         _score_held_out(model, held_out, encoder, metadata)

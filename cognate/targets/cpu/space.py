@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from functools import cache
+from functools import cache, cached_property
 from typing import Any, Literal
 
 import numpy as np
@@ -584,8 +584,13 @@ class CpuSpace(Space):
         Vector widths from 256 bits up that this host has (128-bit vectors never won a
         measured matrix, scripts/bench_space_oracle.py), widest first; tiles and schedules
         alternate, so the first few (a small sample's share) hold some of each."""
+        return list(self._kernel_variants)
+
+    @cached_property
+    def _kernel_variants(self) -> tuple[Config, ...]:
+        # built once per space: every sample and search set appends the same ones
         if self.op != "spmm":
-            return []
+            return ()
         plain = dict(self._baseline.knobs)
         widths = [bits for bits in host_isa().widths if bits >= 256] or [host_isa().vector_bits]
         tiles = [
@@ -597,7 +602,7 @@ class CpuSpace(Space):
         ]
         schedules = [{**plain, **schedule.knobs} for schedule in VARIANT_SCHEDULES]
         knobs = [k for pair in itertools.zip_longest(schedules, tiles) for k in pair if k]
-        return [self.validate(k) for k in knobs]
+        return tuple(self.validate(k) for k in knobs)
 
     def sample_csr(self, n: int, seed: int, shape: tuple[int, int]) -> list[Config]:
         if n < 0:
