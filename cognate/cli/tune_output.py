@@ -136,8 +136,9 @@ def _footnotes(
     if "variant" in marks:
         lines.append(
             f"variant ({VARIANT_MARK} under its config): that config with another vector width "
-            "/ register tile or thread schedule (knobs the model does not rank), measured "
-            "beside it so that the timing decides; it has that config's rank and score"
+            "/ register tile or thread schedule, measured beside it so that the timing decides "
+            "(a model without the knobs encoding cannot tell them apart); it has that config's "
+            "rank and score"
         )
     if simulated:
         lines.append(f"runtimes are simulated: the {result.target} simulator, not hardware")

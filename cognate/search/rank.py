@@ -65,8 +65,8 @@ class Candidate:
     # 1..k among themselves once configs that cannot run are skipped); 0: not known
     scored_rank: int = 0
     portfolio: bool = False  # one of the model's portfolio configs, ranked ahead of the rest
-    # a target's variant of a ranked config in knobs the model does not rank (cpu: vector
-    # width, register tile): it carries that config's rank and score, measurement decides
+    # a target's variant of a ranked config (cpu: vector width, register tile, schedule),
+    # added for verify: it carries that config's rank and score, measurement decides
     variant: bool = False
     range_s: float | None = None  # verified: max - min of the timed samples
     variant_of: str | None = None  # a variant: the hash of the ranked config it varies
