@@ -346,3 +346,20 @@ def test_a_pool_worker_spawned_with_stop_signals_blocked_survives_an_early_sigin
         assert future.result(timeout=120) == pid
     assert "KeyboardInterrupt" not in capfd.readouterr().err
     assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == set()  # our own mask is restored
+
+
+def test_a_stopped_pools_manager_thread_is_joined_before_exit() -> None:
+    """A stop shuts the pool down without waiting, which makes the executor forget its
+    manager thread; left listed, CPython 3.11's exit hook can write to the pipe that thread
+    is closing and print an OSError traceback. The pool's cleanup joins and unlists it."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, process
+
+    from cognate.collect.pool import _join_and_forget_executors
+
+    pool = ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("spawn"))
+    assert pool.submit(abs, -3).result(timeout=60) == 3
+    pool.shutdown(wait=False, cancel_futures=True)
+    pool.shutdown(wait=True)  # joins nothing now: the thread was forgotten above
+    _join_and_forget_executors()
+    assert not process._threads_wakeups, "a manager thread is still listed for the exit hook"

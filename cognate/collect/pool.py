@@ -28,6 +28,7 @@ from cognate.runner import Measurement, Runner
 from cognate.util import describe
 
 _WORKER_RUNNER: Runner | None = None
+_MANAGER_JOIN_S = 30.0  # a manager thread ends once its idle workers exit
 
 
 def _pool_init(
@@ -109,22 +110,28 @@ def run_pool(
             _drain(coll, inflight, pool, runner_options, jobs, rebuild=False)
         raise
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        _forget_finished_executors()
+        try:
+            pool.shutdown(wait=True, cancel_futures=True)
+        finally:  # a stop signal may land inside shutdown's join
+            _join_and_forget_executors()
 
 
-def _forget_finished_executors() -> None:
-    """Drop the wake-up pipes of executors whose manager thread has ended. Why: at exit,
-    CPython 3.11's concurrent.futures wakes every executor it still lists, and after a stop
-    signal it sometimes writes to a pipe already closed, printing an ``OSError`` traceback
-    ("Exception ignored in: threading") after collect's own last line."""
+def _join_and_forget_executors() -> None:
+    """Join the executors' manager threads, then drop their wake-up pipes. Why: at exit,
+    CPython 3.11's concurrent.futures wakes every executor it still lists, and if a manager
+    thread closes its pipe at that moment the write fails with an ``OSError`` traceback
+    ("Exception ignored in: threading") after collect's own last line. A stop calls
+    ``shutdown(wait=False)`` first, which forgets the thread, so a later ``shutdown(wait=True)``
+    no longer joins it: join every listed one here (the running chunks are drained by now)."""
     from concurrent.futures import process
 
     wakeups = getattr(process, "_threads_wakeups", None)
     if wakeups is None:
         return
-    for thread in [t for t in list(wakeups) if not t.is_alive()]:
-        wakeups.pop(thread, None)
+    for thread in list(wakeups):
+        thread.join(timeout=_MANAGER_JOIN_S)
+        if not thread.is_alive():
+            wakeups.pop(thread, None)
 
 
 def _drop_cancelled(inflight: dict[Future, tuple[Plan, list[Config]]]) -> bool:
