@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+@lru_cache(maxsize=1)  # where the package lives does not change in a process
 def _package_data() -> Path | None:
     """``cognate/_data`` in an installed wheel (setup.py copies configs/, kernels/ and
     data/models/ there); None in a source checkout, where the folders stay at the root."""

@@ -287,3 +287,38 @@ def test_sums_beyond_float32_range_are_not_checked(shared: Path) -> None:
         wrong = ref.astype(np.float32)
     wrong[np.unravel_index(int(np.argmin(unchecked)), ref.shape)] *= 1.001  # a checked entry
     assert mismatch(wrong, ref, tol) is not None
+
+
+@pytest.mark.parametrize("op", ["spmm", "sddmm"])
+def test_plain_csr_fast_pack_equals_the_general_pack(shared: Path, op: str) -> None:
+    """Plain CSR (i1 U, i0 U, k1 C, k0 U, ksplit 1) is read off A's arrays instead of sorted:
+    the same layout, arrays and refusals as the general pack, padded row blocks included."""
+    from cognate.targets.cpu.families import csr as csr_family
+
+    tall = canonicalize(sp.random(300, 7, density=0.3, format="csr", random_state=3))
+    for csr in (_load(shared, "west0479").csr, tall):
+        for isplit in (1, 3, 16, 512):
+            knobs = dict(make_space(op).baseline(csr.shape).knobs) | {"isplit": isplit}
+            s = structure_of(op, knobs, WIDTH)
+            splits = {var: int(knobs[f"{var}split"]) for var in s.loops.sparse}
+            assert csr_family._is_row_major_csr(s, splits)
+            limit = 20 * csr.nnz if isplit < 512 else csr.shape[0]  # 512: refused by both
+            results = []
+            for packer in (csr_family._pack_row_major, csr_family._pack_sorted):
+                try:
+                    results.append(packer(csr, s, splits, limit))
+                except TooLarge as exc:
+                    results.append(str(exc))
+            fast, general = results
+            if isinstance(general, str):
+                assert fast == general
+                continue
+            assert fast.extents == general.extents and fast.splits == general.splits
+            for a, b in zip(fast.pos + fast.crd, general.pos + general.crd, strict=True):
+                assert (a is None) == (b is None)
+                if a is not None:
+                    assert a.dtype == b.dtype
+                    np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(fast.vals, general.vals)
+            np.testing.assert_array_equal(fast.nz_positions, general.nz_positions)
+        _assert_matches(csr, op, knobs | {"isplit": 3})

@@ -118,7 +118,25 @@ def kernel_source(op: str, knobs: Mapping[str, Any], width: int) -> tuple[str, s
 
 def build(op: str, knobs: Mapping[str, Any], width: int) -> Path:
     """Compile (or find cached) the kernel of any cpu config specialised to ``width``."""
-    return _compile(kernel_source(op, knobs, width)[0])
+    return _built(op, width, tuple(sorted((k, repr(v)) for k, v in knobs.items())), knobs)
+
+
+def _built(op: str, width: int, key: tuple, knobs: Mapping[str, Any]) -> Path:
+    """The library of a config already built in this process, else compile. Why: a
+    mini-batch builds several kernels per step, and generating the source again costs more
+    than the kernel runs. The key is every knob's repr, so a config is validated (by
+    kernel_source) the first time it is seen, exactly as it is."""
+    path = _BUILT.get((op, width, key))
+    if path is None:
+        path = _compile(kernel_source(op, knobs, width)[0])
+        if len(_BUILT) >= _BUILT_MAX:
+            _BUILT.clear()
+        _BUILT[(op, width, key)] = path
+    return path
+
+
+_BUILT: dict[tuple, Path] = {}
+_BUILT_MAX = 1024
 
 
 @lru_cache(maxsize=512)
