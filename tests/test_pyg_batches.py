@@ -120,3 +120,30 @@ def test_temporary_adjacency_backward() -> None:
     layer.zero_grad()
     layer(x2, edge_index).sum().backward()
     assert rel(x.grad, x2.grad) < TOL
+
+
+def test_attention_batches_leave_nothing_alive() -> None:
+    """GAT on temporary adjacencies: the attention weights train, so their autograd graph
+    (whose nodes hold the operand for the backward) must not be held by the operand in turn;
+    a strong reference made a cycle through C++ and kept every batch's kernels (GBs/epoch)."""
+    import gc
+
+    from cognate.torch.operand import TunedSparse
+
+    def alive() -> set[int]:
+        gc.collect()
+        return {id(o) for o in gc.get_objects() if isinstance(o, TunedSparse)}
+
+    before = alive()
+    torch.manual_seed(0)
+    # Two layers on one adjacency: the second's weights depend on the first's SpMM.
+    first, second = GATConv(8, 4, heads=2), GATConv(8, 3, heads=1)
+    opt = torch.optim.Adam([*first.parameters(), *second.parameters()], lr=0.01)
+    for edge_index, n, size in sampled_batches(2000, 20000, 32, 5, 3, seed=6):
+        x = torch.randn(n, 8)
+        adj = cp.adjacency(edge_index, n, schedule="baseline")
+        opt.zero_grad()
+        second(first(x, adj).relu(), adj)[:size].sum().backward()
+        opt.step()
+        del adj
+    assert alive() <= before, "a batch's TunedSparse outlived its step"

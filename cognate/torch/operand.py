@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,9 +164,11 @@ class TunedSparse(SparseOperand):
         self._initial = (self.values, self.values._version)
         self._lock = threading.RLock()
         self._prepared: dict[tuple[str, str, int], _Prepared] = {}
-        # id(kernel) -> (values tensor, its _version, orientation) the kernel holds; the
-        # tensor is referenced, so its id cannot be reused by another tensor meanwhile.
-        self._loaded: dict[int, tuple[torch.Tensor, int, str]] = {}
+        # id(kernel) -> (values tensor, its _version, orientation) the kernel holds. Held by
+        # a weak reference: trained values (attention weights) carry an autograd graph whose
+        # nodes keep this operand alive (ctx.operand), a cycle through C++ that Python's
+        # collector cannot see, so a strong one leaked every mini-batch's graph and kernels.
+        self._loaded: dict[int, tuple[weakref.ref, int, str]] = {}
         self._depth = 0
         self._transposed: tuple[Matrix, np.ndarray] | None = None
         self._pattern: Matrix | None = None
@@ -274,7 +277,8 @@ class TunedSparse(SparseOperand):
                 self.tuning_s += time.perf_counter() - start
         if prepared.slots is not None and id(prepared.kernel) not in self._loaded:
             # packed from A (or A^T) itself: it holds A's initial values in that orientation
-            self._loaded[id(prepared.kernel)] = (*self._initial, side)
+            initial, version = self._initial
+            self._loaded[id(prepared.kernel)] = (weakref.ref(initial), version, side)
         self._prepared[key] = prepared
         return prepared
 
@@ -370,11 +374,15 @@ class TunedSparse(SparseOperand):
         if side == "T" and values is initial and values._version == version and self._symmetric[1]:
             orientation = "A"  # a symmetric A's own values are A^T's: no reload between them
         held = self._loaded.get(id(prepared.kernel))
-        if held is not None and held[0] is values and held[1:] == (values._version, orientation):
+        if (
+            held is not None
+            and held[0]() is values  # a dead reference: another tensor, whatever its id
+            and held[1:] == (values._version, orientation)
+        ):
             return
         data = values.detach().contiguous().numpy()
         prepared.kernel.packed_values[prepared.slots] = data
-        self._loaded[id(prepared.kernel)] = (values, values._version, orientation)
+        self._loaded[id(prepared.kernel)] = (weakref.ref(values), values._version, orientation)
 
     def reload(self) -> None:
         """Forget which values the kernels hold (after changing values behind autograd's
