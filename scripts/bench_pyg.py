@@ -544,9 +544,9 @@ def loader_main(args: argparse.Namespace) -> int:
                 f" {len(batches):5d} batches  epoch: {cells}{speed}",
                 flush=True,
             )
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+            if args.json:  # after every row: a run stopped later keeps what it measured
+                with open(args.json, "w") as f:
+                    json.dump(rows, f, indent=1)
     return 0 if ok else 1
 
 
