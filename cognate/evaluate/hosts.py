@@ -52,7 +52,7 @@ from cognate.model.predictor import RankingNetwork
 from cognate.model.train import frozen_featurizer_preset
 from cognate.records import MatrixRuns
 from cognate.space import Space
-from cognate.stats import Estimate, bootstrap_ci, mean_of_ratio
+from cognate.stats import Estimate, bootstrap_ci, geomean, mean_of_ratio
 
 ARMS = ("zero-shot", "K matrices", "K tunes", "fixed-K", "T full", "baseline")
 TOP_K = 5
@@ -390,4 +390,4 @@ def _scored_order(model: LearnedModel, embeddings: dict) -> Callable[[MatrixRuns
 
 def _share(values: dict[str, float], oracle: dict[str, float]) -> float:
     """Geomean of value / oracle over the runs: the share of the oracle reached."""
-    return float(np.exp(np.mean([np.log(values[k] / oracle[k]) for k in oracle])))
+    return geomean(values[k] / oracle[k] for k in oracle)

@@ -19,10 +19,10 @@ from cognate.matrix import Matrix
 from cognate.runner import ProgressFn, Runner
 from cognate.space import Space
 from cognate.targets import Target, Verification
-
-if TYPE_CHECKING:
-    from cognate.hostid import HostFacts
 from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH as MAX_WIDTH
+
+if TYPE_CHECKING:  # hostid reads the target registry: imported where it is used
+    from cognate.hostid import HostFacts
 
 
 def _make_space(op: str) -> Space:
