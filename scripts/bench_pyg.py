@@ -295,12 +295,13 @@ def _dense_ms(base: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, args) -> 
 
 
 def _tuning_s(kind: str, adj_t) -> float:
-    """The tuning of the adjacency ``kind`` runs on: GCN's normalised form, or A itself
-    (SAGE and GIN share it: same widths, so the second model finds it tuned)."""
+    """The tuning of the kernels ``kind`` runs on: GCN's normalised form, the max / min
+    schedules timed, or A itself (SAGE and GIN share it: same widths, so the second model
+    finds it tuned)."""
     import cognate.torch.pyg
 
-    own = cognate.torch.pyg.tuned(adj_t).tuning_s
-    return cognate.torch.pyg.tuning_seconds(adj_t) - own if kind == "gcn" else own
+    part = {"gcn": "normalized", "sage-max": "minmax"}.get(kind, "sum")
+    return cognate.torch.pyg.tuning_seconds(adj_t, part)
 
 
 def one_graph(matrix: Matrix, args: argparse.Namespace) -> dict:

@@ -119,6 +119,15 @@ def test_products_run_on_cognate(graph: dict) -> None:
     SAGEConv(FEATURES, HIDDEN)(graph["x"], adj)
     assert FEATURES in cp.tuned(adj).widths
     assert cp.tuning_seconds(adj) > 0
+    fresh = cp.adjacency(graph["edge_index"], graph["x"].shape[0])
+    assert cp.tuning_seconds(fresh, "minmax") == 0
+    SAGEConv(FEATURES, HIDDEN, aggr="max")(graph["x"], fresh)  # times the max schedules
+    assert cp.tuning_seconds(fresh, "minmax") > 0
+    parts = {part: cp.tuning_seconds(adj, part) for part in ("sum", "minmax", "normalized")}
+    assert parts["sum"] > 0 and parts["normalized"] > 0
+    assert cp.tuning_seconds(adj) == pytest.approx(sum(parts.values()))
+    with pytest.raises(ValueError, match="part must be all, sum, minmax, normalized"):
+        cp.tuning_seconds(adj, "max")
     if graph["name"] == "dwt_878":
         assert cp.tuned(adj).symmetric  # one kernel for A and A^T
 

@@ -41,10 +41,17 @@ def reference(csr: sp.csr_matrix, x: np.ndarray, reduce: str) -> tuple[np.ndarra
 
 
 @pytest.mark.parametrize("reduce", ["max", "min"])
-@pytest.mark.parametrize("width", [1, 7, 16, 40])
-def test_pipeline_runs_the_minmax_family(csr: sp.csr_matrix, reduce: str, width: int) -> None:
+@pytest.mark.parametrize(
+    "width, tile", [(1, 4), (7, 4), (16, 1), (40, 4), (40, 2), (130, 1), (130, 8), (128, 4)]
+)
+def test_pipeline_runs_the_minmax_family(
+    csr: sp.csr_matrix, reduce: str, width: int, tile: int
+) -> None:
+    """Every register tile: full passes, the rest in vectors, the scalar tail columns;
+    ties (a repeated value) keep the first entry."""
     x = np.random.default_rng(width).standard_normal((csr.shape[1], width)).astype(np.float32)
-    knobs = {"family": "minmax", "reduce": reduce, "chunk": 8}
+    x[::3] = np.round(x[::3])  # ties between entries of a row
+    knobs = {"family": "minmax", "reduce": reduce, "chunk": 8, "tile": tile}
     call = pipeline.prepare(csr, "spmm", knobs, (x,))
     call()
     want, want_arg = reference(csr, x, reduce)
@@ -61,6 +68,31 @@ def test_pipeline_runs_the_minmax_family(csr: sp.csr_matrix, reduce: str, width:
     np.testing.assert_allclose(back.result(), dx, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("width, tile", [(7, 4), (40, 2), (130, 8)])
+def test_without_args_the_output_is_the_same(csr: sp.csr_matrix, width: int, tile: int) -> None:
+    """``args: 0`` (an input needing no gradient) gives the same output and never writes
+    the args; the front end takes it for an input that does not require grad."""
+    from cognate.torch.pyg.minmax import MinMaxCSR, spmm_minmax
+
+    x = np.random.default_rng(width).standard_normal((csr.shape[1], width)).astype(np.float32)
+    x[7, :3] = np.nan
+    knobs = {"family": "minmax", "reduce": "max", "chunk": 8, "tile": tile, "args": 0}
+    call = pipeline.prepare(csr, "spmm", knobs, (x,))
+    call()
+    want, _ = reference(csr, np.nan_to_num(x, nan=0.0), "max")
+    got = call.result()
+    nan_rows = np.unique(np.nonzero(csr[:, 7].toarray())[0])
+    assert np.isnan(got[nan_rows, :3]).all()
+    keep = np.ones(got.shape, bool)
+    keep[nan_rows, :3] = False
+    np.testing.assert_array_equal(got[keep], want[keep])
+    assert not call.bound.arg.any()  # untouched zero pages
+    operand = MinMaxCSR(csr, measure=False)
+    out = spmm_minmax(operand, torch.from_numpy(x), "max")
+    np.testing.assert_array_equal(out.numpy(), got)
+    assert ("max", width, 0) in operand.choices and ("max", width, 1) not in operand.choices
+
+
 @pytest.mark.parametrize(
     "op, knobs, width, words",
     [
@@ -68,6 +100,9 @@ def test_pipeline_runs_the_minmax_family(csr: sp.csr_matrix, reduce: str, width:
         ("spmm", {"reduce": "max; system()", "chunk": 8}, 8, "reduce must be one of"),
         ("spmm", {"reduce": "max", "chunk": 8}, 5000, "outside 1..4096"),
         ("spmm", {"reduce": "max", "chunk": "8"}, 8, "chunk must be an integer"),
+        ("spmm", {"reduce": "max", "chunk": 8, "tile": 3}, 8, "tile must be one of 1, 2, 4, 8"),
+        ("spmm", {"reduce": "max", "chunk": 8, "tile": "4)"}, 8, "tile must be one of"),
+        ("spmm", {"reduce": "max", "chunk": 8, "args": 2}, 8, "args must be 0 or 1"),
         ("sddmm", {"reduce": "max", "chunk": 8}, 8, "op must be one of spmm, route"),
     ],
 )
@@ -100,8 +135,11 @@ def test_wrong_operands_are_one_line(csr: sp.csr_matrix) -> None:
         pipeline.prepare(csr, "route", knobs, (grad, grad))
 
 
-def test_front_end_binds_once_per_width(csr: sp.csr_matrix, monkeypatch) -> None:
-    from cognate.torch.pyg.minmax import MinMaxCSR, spmm_minmax
+@pytest.mark.parametrize("measure", [False, True])
+def test_front_end_binds_once_per_width(csr: sp.csr_matrix, monkeypatch, measure: bool) -> None:
+    """Bound once per width and reduce; measuring first binds each schedule of the space once
+    (timed on this graph) and keeps the fastest, which every later call reuses."""
+    from cognate.torch.pyg.minmax import MinMaxCSR, space, spmm_minmax
 
     bound: list[str] = []
     bind = pipeline.bind
@@ -111,11 +149,16 @@ def test_front_end_binds_once_per_width(csr: sp.csr_matrix, monkeypatch) -> None
         return bind(packed, config, operands, lib_path)
 
     monkeypatch.setattr(pipeline, "bind", counting)
-    operand = MinMaxCSR(csr)
+    operand = MinMaxCSR(csr, measure=measure)
     for seed in range(3):
         x = torch.randn(csr.shape[1], 12, generator=torch.Generator().manual_seed(seed))
         out = spmm_minmax(operand, x.requires_grad_(), "max")
         out.sum().backward()
         want, _ = reference(csr, x.detach().numpy(), "max")
         np.testing.assert_array_equal(out.detach().numpy(), want)
-    assert bound == ["spmm", "route"]
+    configs, baseline = space()
+    timed = len(configs) if measure else 0
+    assert bound == ["spmm"] * (timed + 1) + ["route"]
+    choice = operand.choices[("max", 12, 1)]
+    assert (choice in configs) if measure else (choice == baseline)
+    assert (operand.tuning_s > 0) == measure

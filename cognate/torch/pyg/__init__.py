@@ -17,8 +17,8 @@ other input, unchanged, to PyG's own function. ``unpatch()`` restores them.
 
 - ``reduce`` "sum" / "add": ``A @ x``; "mean": ``(A @ x) / in-degree`` (edges counted with
   their multiplicity, as PyG's edge-list path does); "max" / "min": a (max, x) / (min, x)
-  SpMM keeping the arg for the backward (minmax.py: a kernel of the cpu pipeline; one fixed schedule, not tuned)
-  over the edge list itself (a duplicated edge is one more candidate, not a doubled weight).
+  SpMM keeping the arg for the backward (minmax.py: a kernel of the cpu pipeline, its
+  schedule timed on the graph at first use) over the edge list itself (a duplicated edge is one more candidate, not a doubled weight).
   An adjacency without edges gives zeros, as PyG does.
 - GCN's normalisation: ``gcn_norm`` of a cognate adjacency returns a second cognate adjacency
   with the pattern A + I (remaining self loops, as PyG's edge-list path: a node's self loop
@@ -142,7 +142,8 @@ class _Adjacency:
 
             if self.minmax is None:
                 multi = self.edges.multi if self.edges is not None else None
-                self.minmax = MinMaxCSR(self.tuned.matrix.csr if multi is None else multi)
+                csr = self.tuned.matrix.csr if multi is None else multi
+                self.minmax = MinMaxCSR(csr, self.tune.get("schedule") != "baseline")
             return spmm_minmax(self.minmax, x, reduce)
         out = tuned_spmm(self.tuned, x)
         # in place on the kernel's fresh output (its backward saved x, not out): a second
@@ -160,10 +161,16 @@ class _Adjacency:
             self.normalized[key] = _register(csr, self.degree, self.tune, "gcn-normalized")
         return self.normalized[key]
 
+    def tuning_parts(self) -> dict[str, float]:
+        """Tuning seconds so far: A's own kernels, the max / min schedules, GCN's forms."""
+        return {
+            "sum": self.tuned.tuning_s,
+            "minmax": self.minmax.tuning_s if self.minmax is not None else 0.0,
+            "normalized": sum(_REGISTRY[id(t)].tuning_s() for t in self.normalized.values()),
+        }
+
     def tuning_s(self) -> float:
-        return self.tuned.tuning_s + sum(
-            _REGISTRY[id(t)].tuning_s() for t in self.normalized.values()
-        )
+        return sum(self.tuning_parts().values())
 
 
 class _NoEdges(torch.autograd.Function):
@@ -306,13 +313,17 @@ def tuned(adj_t: torch.Tensor) -> TunedSparse:
     return entry.tuned
 
 
-def tuning_seconds(adj_t: torch.Tensor) -> float:
-    """Seconds spent tuning ``adj_t`` and its GCN-normalised forms so far (widths tune on
-    first use: read it after a first epoch)."""
+def tuning_seconds(adj_t: torch.Tensor, part: str = "all") -> float:
+    """Seconds spent tuning ``adj_t`` so far (widths tune on first use: read it after a first
+    epoch). ``part``: "all"; "sum" (A's own kernels: sum / mean); "minmax" (the max / min
+    schedules timed); "normalized" (GCN's normalised forms)."""
     entry = _entry(adj_t)
     if entry is None:
         raise CognateError(f"{NAME}: not an adjacency made by cognate.torch.pyg.adjacency")
-    return entry.tuning_s()
+    parts = entry.tuning_parts()
+    if part != "all" and part not in parts:
+        raise ValueError(f"part must be all, {', '.join(parts)}; got {part!r}")
+    return sum(parts.values()) if part == "all" else parts[part]
 
 
 def _check_edges(

@@ -16,24 +16,43 @@ width (A's own int32 / float32 arrays, no copy), built once per width and reduce
 cache is per source), bound once, then called through the pipeline's argument vector with
 each call's tensors pointed at. Every tensor handed to C is checked first
 (``check_live_tensor``: a freed or shrunk storage is a one-line ValueError, never a read of
-freed memory). One fixed schedule (rows in parallel, the width innermost), not tuned.
+freed memory).
+
+The forward's schedule (its register tile and task size: configs/cpu-minmax.yaml) is chosen
+per graph, width and reduce by timing every config of that small space on the graph at its
+first call (a few runs each, on filled features: zero pages would all read one cached page),
+unless the adjacency runs the baseline schedule (``schedule="baseline"``: mini-batches).
 """
 
 from __future__ import annotations
 
+import itertools
+import time
+from functools import cache
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 import torch
+import yaml
 
 from cognate.errors import CognateError
+from cognate.paths import configs_dir
 from cognate.targets.cpu import pipeline
 from cognate.targets.cpu.families.minmax import ARG_EMPTY, ARG_NAN
 from cognate.targets.cpu.operands import check_live_tensor
 
 REDUCES = ("max", "min")
-CHUNK = 32  # rows per OpenMP task (the kernel's dynamic schedule)
+TIMED_RUNS = 3  # per candidate schedule, after one warm-up run
+
+
+@cache
+def space() -> tuple[list[dict[str, int]], dict[str, int]]:
+    """(every schedule, the baseline) of configs/cpu-minmax.yaml: tile x chunk knobs."""
+    spec = yaml.safe_load((configs_dir() / "cpu-minmax.yaml").read_text())
+    names = ("tile", "chunk")
+    configs = [dict(zip(names, v, strict=True)) for v in itertools.product(*map(spec.get, names))]
+    return configs, {name: spec["baseline"][name] for name in names}
 
 
 def _live(tensor: torch.Tensor, what: str) -> None:
@@ -49,7 +68,7 @@ class MinMaxCSR:
     """A's CSR arrays held as the kernel takes them (int32 indices, float32 values); a
     column may repeat within a row (duplicated edges)."""
 
-    def __init__(self, csr: sp.csr_matrix) -> None:
+    def __init__(self, csr: sp.csr_matrix, measure: bool = True) -> None:
         if csr.nnz >= 2**31:  # the kernel's offsets and argmin/argmax entries are int32
             raise CognateError(f"min/max aggregation: {csr.nnz} entries, over 2^31 - 1")
         self.shape = csr.shape
@@ -64,17 +83,22 @@ class MinMaxCSR:
         )
         self.indices, self.values = self.csr.indices, self.csr.data
         self._kernels: dict[tuple[str, str, int], pipeline.PreparedKernel] = {}
+        self.measure = measure  # time the space at a width's first call, else the baseline
+        # (reduce, width, args) -> the forward's schedule knobs
+        self.choices: dict[tuple[str, int, int], dict[str, int]] = {}
+        self.tuning_s = 0.0  # seconds spent timing schedules
 
-    def _kernel(self, op: str, reduce: str, width: int) -> pipeline.PreparedKernel:
+    def _kernel(self, op: str, reduce: str, width: int, args: int) -> pipeline.PreparedKernel:
         """The pipeline's kernel of ``op`` ("spmm" or "route") at ``width``: packed, built
         and bound once (to untouched zero pages: every call points it at its tensors)."""
-        key = (op, reduce if op == "spmm" else "", width)
+        key = (op, reduce, width, args) if op == "spmm" else (op, "", width, 1)
         found = self._kernels.get(key)
         if found is None:
             rows, cols = self.shape
             # the backward ("route") is one kernel for both reduces: any legal one names it
-            knobs = {"family": "minmax", "reduce": reduce or "max", "chunk": CHUNK}
+            knobs = {"family": "minmax", "reduce": reduce or "max", **space()[1]}
             if op == "spmm":
+                knobs.update(self._schedule(reduce, width, args), args=args)
                 dense: tuple[np.ndarray, ...] = (np.zeros((cols, width), np.float32),)
             else:
                 dense = (np.zeros((rows, width), np.float32), np.zeros((rows, width), np.int32))
@@ -82,8 +106,35 @@ class MinMaxCSR:
             self._kernels[key] = found
         return found
 
-    def _run(self, op: str, reduce: str, tensors: tuple[torch.Tensor, ...]) -> None:
-        kernel = self._kernel(op, reduce, tensors[0].shape[1])
+    def _schedule(self, reduce: str, width: int, args: int) -> dict[str, int]:
+        """The forward's fastest schedule at ``width`` on this graph (timed once), or the
+        baseline when not measuring."""
+        key = (reduce, width, args)
+        if key not in self.choices:
+            fastest = self._fastest(reduce, width, args) if self.measure else space()[1]
+            self.choices[key] = fastest
+        return self.choices[key]
+
+    def _fastest(self, reduce: str, width: int, args: int) -> dict[str, int]:
+        start = time.perf_counter()
+        x = np.random.default_rng(0).standard_normal((self.shape[1], width), dtype=np.float32)
+        times: list[tuple[float, int, dict[str, int]]] = []
+        for rank, schedule in enumerate(space()[0]):
+            knobs = {"family": "minmax", "reduce": reduce, "args": args, **schedule}
+            # packing views A's own arrays (no copy): once per candidate costs nothing
+            kernel = pipeline.bind(pipeline.pack(self.csr, "spmm", knobs, width), knobs, (x,))
+            kernel.run()  # the warm-up faults the output's pages in
+            runs = []
+            for _ in range(TIMED_RUNS):
+                tic = time.perf_counter()
+                kernel.run()
+                runs.append(time.perf_counter() - tic)
+            times.append((float(np.median(runs)), rank, schedule))
+        self.tuning_s += time.perf_counter() - start
+        return min(times)[2]
+
+    def _run(self, op: str, reduce: str, tensors: tuple[torch.Tensor, ...], args: int = 1) -> None:
+        kernel = self._kernel(op, reduce, tensors[0].shape[1], args)
         with kernel.lock:  # the argument vector is shared by every call of this kernel
             kernel.point_at([t.data_ptr() for t in tensors])
             kernel.run()
@@ -111,14 +162,18 @@ class MinMaxCSR:
         _live(arg, "the args saved for the backward")
         return arg.contiguous()
 
-    def forward(self, x: torch.Tensor, reduce: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """(out, arg) for x of A.cols rows."""
+    def forward(
+        self, x: torch.Tensor, reduce: str, args: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """(out, arg) for x of A.cols rows; arg None without ``args`` (no gradient to x:
+        the kernel then keeps no args, which saves a third of its work)."""
         x = self._check(x, self.shape[1], "x")
         rows, width = self.shape[0], x.shape[1]
         out = torch.empty((rows, width), dtype=torch.float32)
-        arg = torch.empty((rows, width), dtype=torch.int32)
+        arg = torch.empty((rows, width), dtype=torch.int32) if args else None
         if rows and width:
-            self._run("spmm", reduce, (x, out, arg))
+            # without args the kernel never touches its arg pointer: out stands in
+            self._run("spmm", reduce, (x, out, out if arg is None else arg), int(args))
         return out, arg
 
     def backward(self, grad: torch.Tensor, arg: torch.Tensor) -> torch.Tensor:
@@ -149,9 +204,10 @@ class MinMaxCSR:
 class _MinMaxSpMM(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, operand: MinMaxCSR, reduce: str) -> torch.Tensor:
-        out, arg = operand.forward(x, reduce)
+        out, arg = operand.forward(x, reduce, args=ctx.needs_input_grad[0])
         ctx.operand = operand
-        ctx.save_for_backward(arg)
+        if arg is not None:
+            ctx.save_for_backward(arg)
         return out
 
     @staticmethod

@@ -2,8 +2,10 @@
 and its backward, which routes the output's gradient through the args (PyG's max / min
 aggregations, cognate.torch.pyg).
 
-A config is ``{"family": "minmax", "reduce": "max" | "min", "chunk": rows per task}``; two
-ops share its packed A (A's CSR arrays as the kernel reads them: int32 offsets and columns,
+A config is ``{"family": "minmax", "reduce": "max" | "min", "chunk": rows per task}`` and
+optionally ``"tile"`` (1, 2, 4, 8: vectors of the output held in registers per pass over a
+row; default 4) and ``"args"`` (1, the default: keep the args; 0: the output alone, for an
+input that needs no gradient); two ops share its packed A (A's CSR arrays as the kernel reads them: int32 offsets and columns,
 float32 values; a column may repeat within a row, i.e. a duplicated edge is one more
 candidate):
 
@@ -34,23 +36,31 @@ from cognate.paths import kernels_dir
 from cognate.targets.cpu.call import BoundKernel
 from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH
 from cognate.targets.cpu.families.base import PackSource
+from cognate.targets.cpu.isa import host_isa
 from cognate.targets.cpu.knobs import runtime_knob
 
 FAMILY = "minmax"
 OPS = ("spmm", "route")
 REDUCES = {"max": 0, "min": 1}  # the reduce knob -> the template's is_min
 ARG_EMPTY, ARG_NAN = -1, -2  # the arg of an empty row / a NaN output
-KNOBS = {"reduce": tuple(REDUCES)}
+TILES = (1, 2, 4, 8)  # vectors of out and arg held in registers per pass over a row
+DEFAULT_TILE = 4
+ARGS = (0, 1)  # 1: keep the args for the backward; 0: the output alone (no gradient needed)
+KNOBS = {"reduce": tuple(REDUCES), "tile": TILES, "args": ARGS}
 INT32_MAX = 2**31 - 1
 
 
 @dataclass(frozen=True)
 class MinMaxKernel:
-    """The compile-time part of a minmax config: op, reduce (0 max / 1 min), dense width."""
+    """The compile-time part of a minmax config: op, reduce (0 max / 1 min), dense width,
+    the forward's register tile (vectors per pass) and vector bytes (the host's widest)."""
 
     op: str
     is_min: int
     width: int
+    tile: int = DEFAULT_TILE
+    vbytes: int = 32
+    args: int = 1
 
     @property
     def function(self) -> str:
@@ -69,8 +79,16 @@ def kernel_of(op: str, knobs: Mapping[str, Any], width: int) -> MinMaxKernel:
     if not 1 <= width <= MAX_SPECIALISED_WIDTH:
         raise CognateError(f"cpu minmax: dense width {width} outside 1..{MAX_SPECIALISED_WIDTH}")
     runtime_knob(knobs, "chunk")
-    # the backward does not depend on the reduce: one library serves max and min
-    return MinMaxKernel(op, REDUCES[reduce] if op == "spmm" else 0, width)
+    tile = knobs.get("tile", DEFAULT_TILE)
+    if isinstance(tile, bool) or tile not in TILES:
+        raise CognateError(f"cpu minmax: tile must be one of {', '.join(map(str, TILES))}")
+    args = knobs.get("args", 1)
+    if isinstance(args, bool) or args not in ARGS:
+        raise CognateError("cpu minmax: args must be 0 or 1")
+    vbytes = host_isa().vector_bits // 8
+    if op == "route":  # the backward depends on none of them: one library serves every config
+        return MinMaxKernel(op, 0, width, DEFAULT_TILE, vbytes)
+    return MinMaxKernel(op, REDUCES[reduce], width, int(tile), vbytes, int(args))
 
 
 @dataclass
@@ -120,7 +138,13 @@ def source(op: str, knobs: Mapping[str, Any], width: int) -> tuple[str, str, dic
     """(C source, entry point, runtime arguments) of a minmax config at ``width``."""
     kernel = kernel_of(op, knobs, width)
     text = (kernels_dir() / "pyg" / "spmm_minmax.c").read_text()
-    code = Template(text).substitute(width=int(kernel.width), is_min=int(kernel.is_min))
+    code = Template(text).substitute(
+        width=int(kernel.width),
+        is_min=int(kernel.is_min),
+        tile=int(kernel.tile),
+        vbytes=int(kernel.vbytes),
+        args=int(kernel.args),
+    )
     return code, kernel.function, {"chunk": runtime_knob(knobs, "chunk")}
 
 
