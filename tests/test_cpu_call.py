@@ -142,3 +142,17 @@ def test_torch_repeat_follows_a_tensor_moved_to_new_storage(dwt: Matrix) -> None
     ct.fill_(float("nan"))
     kernel(bt, out=ct)
     assert mismatch(ct.numpy(), *reference(dwt.csr, "spmm", (fresh.numpy(),))) is None
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (4096, 64), (1 << 20,)])
+def test_zero_pages_are_zero_writable_contiguous(shape: tuple[int, ...]) -> None:
+    """Placeholders and outputs on fresh pages: zeros, C-contiguous, writable, of the dtype
+    asked, alive as long as the array (below 64 KiB: plain np.zeros)."""
+    from cognate.targets.cpu.operands import zero_pages
+
+    for dtype in (np.float32, np.int32):
+        a = zero_pages(shape, dtype)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous
+        assert a.flags.writeable and not a.any()
+        a.flat[-1] = 7
+        assert a.sum() == 7

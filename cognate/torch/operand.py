@@ -40,7 +40,7 @@ import torch
 from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.targets.cpu.memory import check_room, transpose_bytes
-from cognate.targets.cpu.operands import check_live_tensor
+from cognate.targets.cpu.operands import check_live_tensor, zero_pages
 from cognate.targets.cpu.tuned import TunedKernel
 from cognate.torch.choices import Choice, TuneOptions, choose
 from cognate.torch.inputs import as_operand_matrix
@@ -318,9 +318,9 @@ class TunedSparse(SparseOperand):
         runs on them, the real ones are bound at the first call)."""
         rows, cols = matrix.shape
         dense = (
-            (np.zeros((cols, width), np.float32),)
+            (zero_pages((cols, width), np.float32),)
             if op == "spmm"
-            else (np.zeros((rows, width), np.float32), np.zeros((cols, width), np.float32))
+            else (zero_pages((rows, width), np.float32), zero_pages((cols, width), np.float32))
         )
         return TunedKernel(matrix, op, choice.config, dense)
 

@@ -16,12 +16,30 @@ a few comparisons (``np.shares_memory`` answers the same for contiguous arrays, 
 
 from __future__ import annotations
 
+import mmap
 from collections.abc import Sequence
 from typing import Any
+
+import numpy as np
 
 from cognate.errors import CognateError
 
 Extent = tuple[int, int]  # [first byte, end byte) of an array's data
+
+
+SMALL_BYTES = 1 << 16  # below this, np.zeros is as cheap as a mapping
+
+
+def zero_pages(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """A C-contiguous zero array on fresh anonymous pages: bound placeholders and outputs
+    cost nothing until written. np.zeros does not promise that: glibc serves blocks under
+    its dynamic mmap threshold (which rises to 32 MiB after a large free) from the heap and
+    clears them, 0.2 ms for the 6 MB operand of a mini-batch kernel, four kernels a batch."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if nbytes < SMALL_BYTES:
+        return np.zeros(shape, dtype)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).reshape(shape)
 
 
 def check_live_tensor(tensor: Any, what: str) -> None:

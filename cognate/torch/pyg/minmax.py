@@ -40,7 +40,7 @@ from cognate.errors import CognateError
 from cognate.paths import configs_dir
 from cognate.targets.cpu import pipeline
 from cognate.targets.cpu.families.minmax import ARG_EMPTY, ARG_NAN
-from cognate.targets.cpu.operands import check_live_tensor
+from cognate.targets.cpu.operands import check_live_tensor, zero_pages
 
 REDUCES = ("max", "min")
 TIMED_RUNS = 3  # per candidate schedule, after one warm-up run
@@ -99,9 +99,9 @@ class MinMaxCSR:
             knobs = {"family": "minmax", "reduce": reduce or "max", **space()[1]}
             if op == "spmm":
                 knobs.update(self._schedule(reduce, width, args), args=args)
-                dense: tuple[np.ndarray, ...] = (np.zeros((cols, width), np.float32),)
+                dense: tuple[np.ndarray, ...] = (zero_pages((cols, width), np.float32),)
             else:
-                dense = (np.zeros((rows, width), np.float32), np.zeros((rows, width), np.int32))
+                dense = (zero_pages((rows, width), np.float32), zero_pages((rows, width), np.int32))
             found = pipeline.bind(pipeline.pack(self.csr, op, knobs, width), knobs, dense)
             self._kernels[key] = found
         return found

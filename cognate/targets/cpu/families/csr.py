@@ -29,6 +29,7 @@ from cognate.targets.cpu.call import BoundKernel, check_operands
 from cognate.targets.cpu.codegen import OP_LOOPS, LoopStructure, generate_source, structure_of
 from cognate.targets.cpu.families.base import PackSource, TooLarge, size_limit
 from cognate.targets.cpu.knobs import runtime_knob
+from cognate.targets.cpu.operands import zero_pages
 
 RUNTIME_KNOBS = ("isplit", "ksplit", "jsplit", "chunk")
 
@@ -241,11 +242,11 @@ class KernelCall(BoundKernel):
         chunk = runtime_knob(knobs, "chunk")
         levels = [a for pair in zip(packed.pos, packed.crd, strict=True) for a in pair]
         if op == "spmm":
-            self.out = np.zeros((rows, width), dtype=np.float32)
+            self.out = zero_pages((rows, width), np.float32)
             tail = [rows, cols, width, packed.splits["i"], packed.splits["k"], dense_split, chunk]
             arrays = [*levels, packed.vals, self.operands[0], self.out]
         else:
-            self.out = np.zeros(packed.vals.size, dtype=np.float32)
+            self.out = zero_pages((packed.vals.size,), np.float32)
             tail = [self.out.size, rows, cols, width, packed.splits["i"], packed.splits["j"]]
             tail += [dense_split, chunk]
             arrays = [*levels, packed.vals, *self.operands, self.out]

@@ -38,6 +38,7 @@ from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH
 from cognate.targets.cpu.families.base import PackSource
 from cognate.targets.cpu.isa import host_isa
 from cognate.targets.cpu.knobs import runtime_knob
+from cognate.targets.cpu.operands import zero_pages
 
 FAMILY = "minmax"
 OPS = ("spmm", "route")
@@ -206,11 +207,11 @@ class MinMaxCall(BoundKernel):
         self.operands = tuple(operands)
         rows, cols = packed.shape
         if kernel.op == "spmm":
-            self.out = np.zeros((rows, width), dtype=np.float32)
-            self.arg = np.zeros((rows, width), dtype=np.int32)
+            self.out = zero_pages((rows, width), np.float32)
+            self.arg = zero_pages((rows, width), np.int32)
             outputs = [self.out, self.arg]
         else:
-            self.out = np.zeros((cols, width), dtype=np.float32)
+            self.out = zero_pages((cols, width), np.float32)
             outputs = [self.out]
         pointers = [packed.indptr, packed.indices, packed.values, *self.operands, *outputs]
         integers = [rows, cols, runtime_knob(knobs, "chunk")]
