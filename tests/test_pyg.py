@@ -123,10 +123,12 @@ def test_products_run_on_cognate(graph: dict) -> None:
     assert cp.tuning_seconds(fresh, "minmax") == 0
     SAGEConv(FEATURES, HIDDEN, aggr="max")(graph["x"], fresh)  # times the max schedules
     assert cp.tuning_seconds(fresh, "minmax") > 0
-    parts = {part: cp.tuning_seconds(adj, part) for part in ("sum", "minmax", "normalized")}
+    parts = {
+        part: cp.tuning_seconds(adj, part) for part in ("sum", "minmax", "normalized", "attention")
+    }
     assert parts["sum"] > 0 and parts["normalized"] > 0
     assert cp.tuning_seconds(adj) == pytest.approx(sum(parts.values()))
-    with pytest.raises(ValueError, match="part must be all, sum, minmax, normalized"):
+    with pytest.raises(ValueError, match="part must be all, sum, minmax, normalized, attention"):
         cp.tuning_seconds(adj, "max")
     if graph["name"] == "dwt_878":
         assert cp.tuned(adj).symmetric  # one kernel for A and A^T

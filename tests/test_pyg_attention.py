@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("torch_geometric", reason="torch_geometric not installed (cognate[pyg])")
@@ -46,6 +47,8 @@ def graph(request, shared: Path) -> dict:
     return {
         "edge_index": edge_index,
         "adj_t": cp.adjacency(edge_index, n),
+        # a mini-batch's adjacency: the heads run one product each, not one kron(A, I)
+        "baseline": cp.adjacency(edge_index, n, schedule="baseline"),
         "x": torch.randn(n, WIDTH, generator=gen),
         "y": torch.randint(0, 4, (n,), generator=gen),
     }
@@ -65,12 +68,12 @@ LAYERS = {
 }
 
 
-def run_both(make, graph: dict) -> tuple[dict, dict]:
+def run_both(make, graph: dict, adj_key: str = "adj_t") -> tuple[dict, dict]:
     torch.manual_seed(0)
     reference = make()
     ours = copy.deepcopy(reference)
     results = []
-    for layer, adj in ((reference, graph["edge_index"]), (ours, graph["adj_t"])):
+    for layer, adj in ((reference, graph["edge_index"]), (ours, graph[adj_key])):
         x = graph["x"].clone().requires_grad_()
         out = layer(x, adj)
         out.backward(torch.randn(out.shape, generator=torch.Generator().manual_seed(1)))
@@ -79,12 +82,13 @@ def run_both(make, graph: dict) -> tuple[dict, dict]:
     return results[0], results[1]
 
 
+@pytest.mark.parametrize("adj_key", ["adj_t", "baseline"])
 @pytest.mark.parametrize("layer", sorted(LAYERS))
-def test_attention_equals_pyg(graph: dict, layer: str) -> None:
+def test_attention_equals_pyg(graph: dict, layer: str, adj_key: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)  # no fallback warning: on cognate
         warnings.filterwarnings("ignore", "Sparse CSR tensor support is in beta")
-        want, got = run_both(LAYERS[layer], graph)
+        want, got = run_both(LAYERS[layer], graph, adj_key)
     assert want.keys() == got.keys()
     floor = max(float(want[k].norm()) for k in want)  # the gradients' scale
     for key in want:
@@ -98,12 +102,34 @@ def test_attention_runs_tuned_spmm_and_sddmm(graph: dict) -> None:
     GATConv(WIDTH, 8, heads=2)(x, graph["adj_t"]).sum().backward()
     TransformerConv(WIDTH, 4, heads=2)(x, graph["adj_t"]).sum().backward()
     entry = cp._entry(graph["adj_t"])
-    loops, plain = entry.attention["loops"].tuned, entry.attention["plain"].tuned
+    # both heads in one kernel: kron(A, I_2)
+    loops, plain = entry.attention["loops"].heads[2].tuned, entry.attention["plain"].heads[2].tuned
     assert ("spmm", "A", 8) in loops.choices and ("sddmm", "A", 8) in loops.choices
     assert ("sddmm", "A", 4) in plain.choices and ("spmm", "A", 4) in plain.choices
     GATConv(WIDTH, 8, heads=2)(x, graph["adj_t"])
-    assert entry.attention["loops"].tuned is loops
-    assert int(torch.diff(torch.from_numpy(loops.matrix.csr.indptr)).min()) >= 1  # a loop each
+    assert entry.attention["loops"].heads[2].tuned is loops
+    indptr = torch.from_numpy(entry.attention["loops"].tuned.matrix.csr.indptr)
+    assert int(torch.diff(indptr).min()) >= 1  # a loop each
+    GATConv(WIDTH, 8, heads=2)(x, graph["baseline"])  # per head: no kron(A, I) built
+    assert not cp._entry(graph["baseline"]).attention["loops"].heads
+
+
+@pytest.mark.parametrize("heads", [2, 3])
+def test_multi_head_matrix_is_kron_with_its_entry_map(graph: dict, heads: int) -> None:
+    """kron(A, I_heads): head h of A's entry k (row i, column j) is the entry at (i * heads
+    + h, j * heads + h), and ``flat`` names it k * heads + h (``order`` inverts it)."""
+    entry = cp._entry(graph["adj_t"])
+    p = attention.pattern(entry, loops=True)
+    mh = attention.multi_head(p, heads)
+    a = p.tuned.matrix.csr
+    kron = mh.tuned.matrix.csr
+    assert (kron != sp.kron(a, sp.identity(heads), format="csr")).nnz == 0
+    rows = np.repeat(np.arange(kron.shape[0]), np.diff(kron.indptr))
+    k, h = np.divmod(mh.flat.numpy(), heads)
+    a_rows = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
+    np.testing.assert_array_equal(rows, a_rows[k] * heads + h)
+    np.testing.assert_array_equal(kron.indices, a.indices[k] * heads + h)
+    np.testing.assert_array_equal(mh.flat[mh.order].numpy(), np.arange(kron.nnz))
 
 
 class GAT(torch.nn.Module):
@@ -178,3 +204,16 @@ def test_patch_wraps_pyg_forwards() -> None:
             assert forward.__globals__ is cls.forward.__globals__  # PyG's module globals
     finally:
         cp.patch()
+
+
+def test_edge_softmax_is_pygs_and_twice_differentiable() -> None:
+    """The segment-reduction softmax equals PyG's ``softmax`` (an empty row included), and
+    its written-out backward passes gradcheck to second order."""
+    from torch_geometric.utils import softmax
+
+    rows = torch.tensor([0, 0, 0, 2, 2, 3, 3, 3, 3, 5])  # rows 1 and 4 empty
+    scores = torch.randn(rows.numel(), 2, dtype=torch.float64, requires_grad=True)
+    got = attention.edge_softmax(scores, rows, 6)
+    assert close(got, softmax(scores, rows, num_nodes=6))
+    assert torch.autograd.gradcheck(lambda s: attention.edge_softmax(s, rows, 6), (scores,))
+    assert torch.autograd.gradgradcheck(lambda s: attention.edge_softmax(s, rows, 6), (scores,))

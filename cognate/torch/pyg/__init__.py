@@ -162,11 +162,17 @@ class _Adjacency:
         return self.normalized[key]
 
     def tuning_parts(self) -> dict[str, float]:
-        """Tuning seconds so far: A's own kernels, the max / min schedules, GCN's forms."""
+        """Tuning seconds so far: A's own kernels, the max / min schedules, GCN's forms, the
+        attention layers' patterns."""
         return {
             "sum": self.tuned.tuning_s,
             "minmax": self.minmax.tuning_s if self.minmax is not None else 0.0,
             "normalized": sum(_REGISTRY[id(t)].tuning_s() for t in self.normalized.values()),
+            "attention": sum(
+                tuned.tuning_s
+                for p in self.attention.values()
+                for tuned in (p.tuned, *(h.tuned for h in p.heads.values()))
+            ),
         }
 
     def tuning_s(self) -> float:
@@ -316,7 +322,8 @@ def tuned(adj_t: torch.Tensor) -> TunedSparse:
 def tuning_seconds(adj_t: torch.Tensor, part: str = "all") -> float:
     """Seconds spent tuning ``adj_t`` so far (widths tune on first use: read it after a first
     epoch). ``part``: "all"; "sum" (A's own kernels: sum / mean); "minmax" (the max / min
-    schedules timed); "normalized" (GCN's normalised forms)."""
+    schedules timed); "normalized" (GCN's normalised forms); "attention" (the attention
+    layers' patterns, each head count's)."""
     entry = _entry(adj_t)
     if entry is None:
         raise CognateError(f"{NAME}: not an adjacency made by cognate.torch.pyg.adjacency")
