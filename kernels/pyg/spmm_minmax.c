@@ -10,8 +10,8 @@
  * A template of the cpu kernel pipeline's minmax family (cognate/targets/cpu/families/
  * minmax.py): ${width} (the dense width), ${is_min} (0: max, 1: min), ${args} (0 / 1),
  * ${tile} and ${vbytes} are integers checked against the family's whitelists; nothing else
- * reaches this source. Compiled with -O3
- * -march=native -fopenmp, no -ffast-math: the NaN handling relies on IEEE comparisons.
+ * reaches this source. Compiled with -O3 -march=native -fopenmp, no -ffast-math: the NaN
+ * handling relies on IEEE comparisons.
  * Signatures end with the dense operands then the output(s), as every cpu kernel's. */
 #include <math.h>
 #include <stdint.h>

@@ -18,7 +18,8 @@ other input, unchanged, to PyG's own function. ``unpatch()`` restores them.
 - ``reduce`` "sum" / "add": ``A @ x``; "mean": ``(A @ x) / in-degree`` (edges counted with
   their multiplicity, as PyG's edge-list path does); "max" / "min": a (max, x) / (min, x)
   SpMM keeping the arg for the backward (minmax.py: a kernel of the cpu pipeline, its
-  schedule timed on the graph at first use) over the edge list itself (a duplicated edge is one more candidate, not a doubled weight).
+  schedule timed on the graph at first use) over the edge list itself (a duplicated edge is
+  one more candidate, not a doubled weight).
   An adjacency without edges gives zeros, as PyG does.
 - GCN's normalisation: ``gcn_norm`` of a cognate adjacency returns a second cognate adjacency
   with the pattern A + I (remaining self loops, as PyG's edge-list path: a node's self loop

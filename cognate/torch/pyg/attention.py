@@ -70,6 +70,7 @@ class Heads:
     tuned: TunedSparse
     flat: torch.Tensor  # int64: each entry's index in alpha.reshape(-1) (edges x heads)
     order: torch.Tensor  # int64: the inverse, alpha.reshape(-1)'s index -> entry
+    ones: torch.Tensor  # float32 ones, one per entry (the SDDMM's values)
 
 
 @dataclass
@@ -81,6 +82,7 @@ class Pattern:
     rows: torch.Tensor  # int64, the target of each entry
     cols: torch.Tensor  # int64, the source of each entry
     ones: torch.Tensor  # float32 ones, one per entry
+    lengths: torch.Tensor  # int64, entries per row: the edge softmax's segments
     tune: dict[str, Any] = field(default_factory=dict)  # the adjacency's TunedSparse options
     heads: dict[int, Heads] = field(default_factory=dict)
 
@@ -95,7 +97,7 @@ def multi_head(p: Pattern, heads: int) -> Heads:
     if found is None:
         csr = p.tuned.matrix.csr
         n, nnz = csr.shape[0], csr.nnz
-        lengths = np.repeat(np.diff(csr.indptr).astype(np.int64), heads)  # per (row, head)
+        lengths = np.repeat(p.lengths.numpy(), heads)  # per (row, head)
         indptr = np.zeros(n * heads + 1, dtype=np.int64)
         np.cumsum(lengths, out=indptr[1:])
         within = np.arange(nnz * heads, dtype=np.int64) - np.repeat(indptr[:-1], lengths)
@@ -115,13 +117,14 @@ def multi_head(p: Pattern, heads: int) -> Heads:
         flat = entry * heads + head
         # the inverse without a sort: A's entry k of row i, head h, sits at kron row
         # i * heads + h, k - indptr[i] entries in
-        rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(csr.indptr))
+        rows = p.rows.numpy()
         within_row = np.arange(nnz, dtype=np.int64) - csr.indptr[rows]
         order = indptr[rows[:, None] * heads + np.arange(heads)] + within_row[:, None]
         found = Heads(
             TunedSparse(Matrix(f"{p.tuned.matrix.name}-x{heads}", kron), **p.tune),
             torch.from_numpy(flat),
             torch.from_numpy(order.reshape(-1)),
+            torch.ones(nnz * heads, dtype=torch.float32),
         )
         p.heads[heads] = found
     return found
@@ -147,19 +150,24 @@ def pattern(entry: Any, loops: bool) -> Pattern:
             torch.from_numpy(rows),
             torch.from_numpy(csr.indices.astype(np.int64)),
             torch.ones(csr.nnz, dtype=torch.float32),
+            torch.from_numpy(np.diff(csr.indptr).astype(np.int64)),
             dict(entry.tune),
         )
         entry.attention[key] = found
     return found
 
 
-def edge_softmax(scores: torch.Tensor, rows: torch.Tensor, n: int) -> torch.Tensor:
+def edge_softmax(
+    scores: torch.Tensor, rows: torch.Tensor, n: int, lengths: torch.Tensor | None = None
+) -> torch.Tensor:
     """Softmax of ``scores`` (edges x heads) over each target's edges, as PyG's ``softmax``:
     ``exp(s - max) / (sum exp(s - max) + 1e-16)``, the maximum not differentiated. ``rows``
     ascend (A's CSR order): the per-target reductions are segment reductions, and the
     backward is written out (``_EdgeSoftmax``): torch's scatter-based amax and the autograd
-    of the gathers took most of a GAT epoch's aggregation."""
-    lengths = torch.bincount(rows, minlength=n)
+    of the gathers took most of a GAT epoch's aggregation. ``lengths``: entries per row
+    (the pattern's, kept once), else counted from ``rows``."""
+    if lengths is None:
+        lengths = torch.bincount(rows, minlength=n)
     return _EdgeSoftmax.apply(scores, rows, lengths)
 
 
@@ -216,8 +224,7 @@ def dot_scores(p: Pattern, q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     heads, c = q.shape[1], q.shape[2]
     if _one_matrix(p, heads):
         mh = multi_head(p, heads)
-        ones = torch.ones(mh.tuned.nnz, dtype=torch.float32)
-        scores = sddmm(mh.tuned, q.reshape(-1, c), k.reshape(-1, c), values=ones)
+        scores = sddmm(mh.tuned, q.reshape(-1, c), k.reshape(-1, c), values=mh.ones)
         return scores.index_select(0, mh.order).view(-1, heads)
     qh, kh = q.transpose(0, 1).contiguous(), k.transpose(0, 1).contiguous()
     return torch.stack([sddmm(p.tuned, qh[h], kh[h], values=p.ones) for h in range(heads)], 1)
@@ -319,7 +326,7 @@ def _gat(layer: Any, x: torch.Tensor, entry: Any) -> torch.Tensor:
     p = pattern(entry, layer.add_self_loops)
     scores = a_src.index_select(0, p.cols) + a_dst.index_select(0, p.rows)
     scores = F.leaky_relu(scores, layer.negative_slope)
-    alpha = edge_softmax(scores, p.rows, p.n)
+    alpha = edge_softmax(scores, p.rows, p.n, p.lengths)
     alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
     return _finish(layer, aggregate(p, alpha, x_src), res)
 
@@ -332,7 +339,7 @@ def _gatv2(layer: Any, x: torch.Tensor, entry: Any) -> torch.Tensor:
     p = pattern(entry, layer.add_self_loops)
     z = x_r.index_select(0, p.rows) + x_l.index_select(0, p.cols)
     z = F.leaky_relu(z, layer.negative_slope)
-    alpha = edge_softmax((z * layer.att).sum(dim=-1), p.rows, p.n)
+    alpha = edge_softmax((z * layer.att).sum(dim=-1), p.rows, p.n, p.lengths)
     alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
     return _finish(layer, aggregate(p, alpha, x_l), res)
 
@@ -343,7 +350,7 @@ def _transformer(layer: Any, x: torch.Tensor, entry: Any) -> torch.Tensor:
     key = layer.lin_key(x).view(-1, heads, c)
     value = layer.lin_value(x).view(-1, heads, c)
     p = pattern(entry, loops=False)
-    alpha = edge_softmax(dot_scores(p, query, key) / math.sqrt(c), p.rows, p.n)
+    alpha = edge_softmax(dot_scores(p, query, key) / math.sqrt(c), p.rows, p.n, p.lengths)
     alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
     out = aggregate(p, alpha, value)
     out = out.reshape(out.shape[0], -1) if layer.concat else out.mean(dim=1)

@@ -5,9 +5,9 @@ aggregations, cognate.torch.pyg).
 A config is ``{"family": "minmax", "reduce": "max" | "min", "chunk": rows per task}`` and
 optionally ``"tile"`` (1, 2, 4, 8: vectors of the output held in registers per pass over a
 row; default 4) and ``"args"`` (1, the default: keep the args; 0: the output alone, for an
-input that needs no gradient); two ops share its packed A (A's CSR arrays as the kernel reads them: int32 offsets and columns,
-float32 values; a column may repeat within a row, i.e. a duplicated edge is one more
-candidate):
+input that needs no gradient); two ops share its packed A (A's CSR arrays as the kernel
+reads them: int32 offsets and columns, float32 values; a column may repeat within a row,
+i.e. a duplicated edge is one more candidate):
 
 - ``spmm``: operand X (A.cols x width, float32), outputs C and arg (A.rows x width, float32
   and int32): ``C[i, j] = max_k A[i, k] * X[k, j]``, ``arg[i, j]`` = that entry (-1 for an
