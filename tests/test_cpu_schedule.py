@@ -26,7 +26,7 @@ from cognate.targets.cpu.measure.check import mismatch, reference
 from cognate.targets.cpu.pipeline import build as pipeline_build
 from cognate.targets.cpu.pipeline import run_config
 from cognate.targets.cpu.space import make_space
-from cognate.targets.cpu.vector import SCHEDULES, vector_variants
+from cognate.targets.cpu.vector import SCHEDULES, row_tile, vector_variants
 
 ALL = {"threads": 0, "prefetch": 0, "batch": 0, "nzsplit": 0}
 
@@ -183,11 +183,16 @@ def test_nzsplit_cuts_a_row_across_many_parts() -> None:
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 
-def test_verify_tries_the_two_schedules_on_the_base_kernel() -> None:
+def test_verify_tries_the_two_schedules_on_the_base_kernel_and_the_row_tile() -> None:
     space = make_space("spmm")
     plain = space.validate(PLAIN_CSR_SPMM)
     found = [variant for _, variant in vector_variants("spmm", 128, [plain])]
     scheduled = [c for c in found if "nzsplit" in c.knobs]
-    assert [Schedule(**{k: c[k] for k in SCHEDULE_KNOBS}) for c in scheduled] == list(SCHEDULES)
-    assert all("vbits" not in c.knobs for c in scheduled)  # the base config's own kernel
-    assert len(found) == len({c.hash for c in found}) <= 9  # verify time matters
+    on_base = [c for c in scheduled if "vbits" not in c.knobs]  # the base config's own kernel
+    assert [Schedule(**{k: c[k] for k in SCHEDULE_KNOBS}) for c in on_base] == list(SCHEDULES)
+    # and on the widest whole-row tile, so that the best of both knob groups is timed together
+    whole_row = row_tile(128, [b for b in host_isa().widths if b >= 256]).knobs
+    on_row = [c for c in scheduled if "vbits" in c.knobs]
+    assert [Schedule(**{k: c[k] for k in SCHEDULE_KNOBS}) for c in on_row] == list(SCHEDULES)
+    assert all({k: c[k] for k in whole_row} == whole_row for c in on_row)
+    assert len(found) == len({c.hash for c in found}) <= 11  # verify time matters

@@ -8,12 +8,21 @@
  * rows out_rows[b * BR + r] (-1: a padding row): the reordering and any row permutation are
  * one index map, and B rows are read through col_map. Each B row slice loaded is reused by
  * the BR rows of the block from registers.
+ * Vectors are the host's widest (512-bit where gcc -march=native defines __AVX512F__, else
+ * 256-bit), never wider than the JT-column tile: with 256-bit vectors on an AVX-512 host, a
+ * matrix of repeated rows (nemspmm1_16x4_0, 8 x 1 blocks) ran 1.18 ms, with 512-bit 0.83 ms.
  */
 #pragma GCC optimize("fp-contract=fast")
 #include <stdint.h>
 
-typedef float vf __attribute__((vector_size(32), aligned(4)));
-enum { BR = ${brows}, BC = ${bcols}, JT = ${jtile}, NV = ${jtile} / 8 };
+#if defined(__AVX512F__)
+enum { HOST_LANES = 16 };
+#else
+enum { HOST_LANES = 8 };
+#endif
+enum { BR = ${brows}, BC = ${bcols}, JT = ${jtile} };
+enum { VL = JT < HOST_LANES ? JT : HOST_LANES, NV = JT / VL };
+typedef float vf __attribute__((vector_size(VL * 4), aligned(4)));
 static const int64_t N = ${width};
 
 /* Dense columns [j, j + JT) of block row b, in registers. */
@@ -32,7 +41,7 @@ static inline void tile(const int64_t *restrict bptr, const int32_t *restrict bc
         for (int64_t cc = 0; cc < width; cc++) {
             const float *restrict brow = B + (int64_t)col_map[c0 + cc] * N + j;
             vf bv[NV];
-            for (int q = 0; q < NV; q++) bv[q] = *(const vf *)(brow + 8 * q);
+            for (int q = 0; q < NV; q++) bv[q] = *(const vf *)(brow + VL * q);
             for (int r = 0; r < BR; r++) {
                 const float a = blk[r * BC + cc];
                 for (int q = 0; q < NV; q++) acc[r][q] += a * bv[q];
@@ -43,7 +52,7 @@ static inline void tile(const int64_t *restrict bptr, const int32_t *restrict bc
         const int32_t row = out_rows[b * BR + r];
         if (row < 0) continue;
         float *restrict c = C + (int64_t)row * N + j;
-        for (int q = 0; q < NV; q++) *(vf *)(c + 8 * q) = acc[r][q];
+        for (int q = 0; q < NV; q++) *(vf *)(c + VL * q) = acc[r][q];
     }
 }
 

@@ -8,7 +8,10 @@ this host has from 256 bits up, with register tiles that cover the dense width a
 unrolls, and its kernel under the two schedules that won most often in
 scripts/bench_space_oracle.py (rows claimed 256 at a time, the merge-path nonzero split; all
 threads, no prefetch), are checked and timed with the candidates, and the fastest measured
-one wins as any candidate does.
+one wins as any candidate does. The schedules are also tried on the host's whole-row tile
+(``row_tile``): the knobs are timed one group at a time, and the best of each group together
+was then never measured (test_FW_2500 at N = 128 on AVX-512: the nzsplit schedule on the
+base's 512-bit x4 tile ran 29.7 us, on the whole-row 512-bit x8 tile 27.8 us, MKL-IE 35 us).
 
 ``COGNATE_VECTOR_VARIANTS=0`` turns them off (the kernel of a config without these knobs,
 256-bit, default schedule, is then the only plain CSR kernel timed).
@@ -44,12 +47,24 @@ def tiles_for(width: int, vector_bits: Sequence[int]) -> list[VectorTile]:
     holds the whole row (up to 8 registers) and the one of half as many registers."""
     tiles = []
     for vbits in vector_bits:
-        lanes = vbits // 32
-        cover = min(8, max(1, width // lanes))
-        cover = 1 << (cover.bit_length() - 1)  # a power of two, as vregs allows
+        cover = _row_registers(width, vbits)
         for vregs in sorted({cover, max(1, cover // 2)}):
             tiles += [VectorTile(vbits, vregs, unroll) for unroll in UNROLLS]
     return tiles
+
+
+def row_tile(width: int, vector_bits: Sequence[int]) -> VectorTile:
+    """The widest vectors' tile that holds the whole dense row (up to 8 registers), unroll 2:
+    the tile that won most often on small matrices (scripts/bench_space_oracle.py)."""
+    widest = max(vector_bits)
+    return VectorTile(widest, _row_registers(width, widest), 2)
+
+
+def _row_registers(width: int, vbits: int) -> int:
+    """Registers of ``vbits`` covering ``width`` columns, at most 8, a power of two as vregs
+    allows."""
+    cover = min(8, max(1, width // (vbits // 32)))
+    return 1 << (cover.bit_length() - 1)
 
 
 def is_plain_csr_spmm(config: Config) -> bool:
@@ -85,7 +100,12 @@ def vector_variants(op: str, width: int, configs: Sequence[Config]) -> list[tupl
         for tile in tiles_for(width, widths)
         if "vbits" in base.knobs or tile != DEFAULT_VECTOR  # else: the base's very kernel
     ]
-    knobs += [{**plain, **own_tile, **schedule.knobs} for schedule in SCHEDULES]
+    whole_row = row_tile(width, widths).knobs if widths else own_tile
+    knobs += [
+        {**plain, **tile, **schedule.knobs}
+        for tile in (own_tile, whole_row)
+        for schedule in SCHEDULES
+    ]
     for variant in knobs:
         config = space.validate(variant)
         if config.hash not in seen:
