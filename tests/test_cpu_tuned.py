@@ -21,6 +21,7 @@ from cognate.formats.read import load_matrix
 from cognate.search import Candidate, Timings, TuneResult
 from cognate.targets import get_target
 from cognate.targets.cpu.measure import library
+from cognate.targets.cpu.measure.interleave import contenders
 from cognate.targets.cpu.tuned import TunedKernel
 from cognate.timing import Timed, interleaved, tied
 
@@ -247,6 +248,25 @@ def test_tied_compares_medians_with_spreads() -> None:
     assert tied(a, b)
     c = Timed("c", [2.0, 2.0, 2.0, 2.0])
     assert not tied(a, c) and c.spread == 0.0
+
+
+def test_a_lead_within_the_spreads_is_timed_again_against_the_baseline() -> None:
+    """The verdict keeps the baseline unless a pick clears it: a pick whose lead is inside
+    the spreads is re-timed head to head with the baseline, not with the runner-up."""
+    timed = {
+        "pick": Timed("pick", [0.70, 0.80, 0.95, 1.10]),  # fastest, spread overlaps base's
+        "other": Timed("other", [0.85, 0.90, 0.95, 1.00]),
+        "base": Timed("base", [0.90, 1.00, 1.10, 1.30]),
+    }
+    assert contenders(timed, list(timed), "base") == ["pick", "base"]
+    # a lead beyond both spreads is decided: the two fastest only when they tie
+    timed["pick"] = Timed("pick", [0.40, 0.40, 0.41, 0.41])
+    assert contenders(timed, list(timed), "base") == []
+    timed["other"] = Timed("other", [0.40, 0.40, 0.41, 0.42])
+    assert contenders(timed, list(timed), "base") == ["pick", "other"]
+    # the baseline fastest, or no baseline named: the two fastest when tied
+    assert contenders(timed, list(timed), None) == ["pick", "other"]
+    assert contenders({"base": timed["base"]}, ["base"], "base") == []
 
 
 # --- CLI start-up -----------------------------------------------------------------------------

@@ -26,8 +26,9 @@ def verify(
     if result.baseline.config not in set(todo):
         todo.append(result.baseline.config)
     found = target.verify(
-        result.matrix, result.op, result.width, todo, progress, runner_options, threads
-    )
+        result.matrix, result.op, result.width, todo, progress, runner_options, threads,
+        baseline=result.baseline.config,
+    )  # fmt: skip
     result.take(found)
 
 

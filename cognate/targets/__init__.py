@@ -140,9 +140,11 @@ class Target:
         progress: ProgressFn | None = None,
         runner_options: dict[str, Any] | None = None,
         threads: int | None = None,
+        baseline: Config | None = None,
     ) -> Verification:
         """Measure ``configs`` to decide between them (``tune --verify``): by default with
-        the target's runner, as collect does."""
+        the target's runner, as collect does. ``baseline`` (one of ``configs``) is the config
+        a pick must beat, for a target that times the close calls again."""
         return Verification(self.measure(matrix, op, width, configs, progress, runner_options))
 
     def measure(

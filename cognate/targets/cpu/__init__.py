@@ -70,10 +70,13 @@ class CpuTarget(Target):
         progress: ProgressFn | None = None,
         runner_options: dict[str, Any] | None = None,
         threads: int | None = None,
+        baseline: Config | None = None,
     ) -> Verification:
         from cognate.targets.cpu.measure import verify
 
-        return verify.verify(self, matrix, op, width, configs, progress, runner_options, threads)
+        return verify.verify(
+            self, matrix, op, width, configs, progress, runner_options, threads, baseline
+        )
 
     def artifacts(
         self, op: str, width: int, config: Config, info: dict[str, Any]

@@ -32,6 +32,7 @@ def interleaved_verify(
     progress: bool = False,
     libraries: Sequence[str] | None = None,
     env: dict[str, str] | None = None,
+    baseline: Config | None = None,
 ) -> dict[str, Any]:
     """Check and time ``configs`` (and the library references) in interleaved rounds in
     one fresh process; its outcome as a dict.
@@ -40,7 +41,9 @@ def interleaved_verify(
     thread counts are set before any runtime starts. Raises CognateError when it fails.
     ``progress``: the process writes a line on stderr per config checked and per round timed.
     ``libraries``: only these references (None: all); ``env``: set in the process's
-    environment (e.g. MKL's code path, which is fixed when MKL loads).
+    environment (e.g. MKL's code path, which is fixed when MKL loads). ``baseline``: the
+    config a pick must beat (one of ``configs``), re-timed head to head with the fastest when
+    the fastest's lead is within their spreads (interleave.contenders).
     """
     from cognate.targets.cpu.measure.interleave import save_job_matrix
 
@@ -55,6 +58,7 @@ def interleaved_verify(
             "progress": progress,
             "libraries": None if libraries is None else list(libraries),
             "configs": [{"key": c.hash, "knobs": dict(c.knobs)} for c in configs],
+            "baseline": None if baseline is None else baseline.hash,
         }
         save_job_matrix(matrix, Path(job["npz"]))
         (Path(tmp) / "job.json").write_text(json.dumps(job))
@@ -114,13 +118,15 @@ def verify(
     progress: ProgressFn | None,
     runner_options: dict[str, Any] | None,
     threads: int | None,
+    baseline: Config | None = None,
 ) -> Verification:
     """Interleaved rounds of the configs and the library references in one process; if that
     process fails, the configs one by one with the isolated cpu runner (no library)."""
     try:
         outcome = interleaved_verify(
-            matrix, op, width, configs, threads, progress=progress is not None
-        )
+            matrix, op, width, configs, threads, progress=progress is not None,
+            baseline=baseline,
+        )  # fmt: skip
     except CognateError as exc:
         return _sequential(
             target, matrix, op, width, configs, progress, runner_options, threads, exc
