@@ -43,7 +43,7 @@ from cognate.targets.cpu.vector import row_tile  # noqa: E402
 def calls_for(matrix: Matrix, width: int, b: np.ndarray, args) -> dict[str, PreparedKernel]:
     space = make_space("spmm")
     base = dict(space.baseline(matrix.shape).knobs)
-    tile = row_tile(width, [bits for bits in host_isa().widths if bits >= 256] or [256])
+    tile = row_tile(width, host_isa().variant_widths or (256,))
     calls = {
         "baseline": prepare_kernel(matrix, "spmm", base, b),
         "row tile": prepare_kernel(matrix, "spmm", {**base, **tile.knobs}, b),

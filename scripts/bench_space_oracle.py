@@ -99,7 +99,7 @@ def schedule_name(s: Schedule) -> str:
 def csr_grid(width: int) -> dict[str, dict]:
     """Name -> knobs of every plain CSR config of the sample at dense ``width``."""
     plain = dict(make_space("spmm").baseline((1, 1)).knobs)
-    bits = [b for b in host_isa().widths if b >= 256]
+    bits = host_isa().variant_widths
     configs = {}
     for tile, schedule in itertools.product(tiles_for(width, bits), schedules()):
         name = f"csr:v{tile.vbits}x{tile.vregs}u{tile.unroll}:{schedule_name(schedule)}"

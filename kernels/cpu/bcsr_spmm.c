@@ -15,14 +15,8 @@
 #pragma GCC optimize("fp-contract=fast")
 #include <stdint.h>
 
-#if defined(__AVX512F__)
-enum { HOST_LANES = 16 };
-#else
-enum { HOST_LANES = 8 };
-#endif
 enum { BR = ${brows}, BC = ${bcols}, JT = ${jtile} };
-enum { VL = JT < HOST_LANES ? JT : HOST_LANES, NV = JT / VL };
-typedef float vf __attribute__((vector_size(VL * 4), aligned(4)));
+${host_vectors}
 static const int64_t N = ${width};
 
 /* Dense columns [j, j + JT) of block row b, in registers. */

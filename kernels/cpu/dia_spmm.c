@@ -28,14 +28,8 @@
 #pragma GCC optimize("fp-contract=fast")
 #include <stdint.h>
 
-#if defined(__AVX512F__)
-enum { HOST_LANES = 16 };
-#else
-enum { HOST_LANES = 8 };
-#endif
 enum { RT = ${rtile}, JT = ${jtile}, PF = 8 };
-enum { VL = JT < HOST_LANES ? JT : HOST_LANES, NV = JT / VL };
-typedef float vf __attribute__((vector_size(VL * 4), aligned(4)));
+${host_vectors}
 static const int64_t N = ${width};
 
 /* One full register tile: rows [t * RT, t * RT + RT), dense columns [j, j + JT). LOCAL and

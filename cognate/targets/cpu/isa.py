@@ -35,6 +35,12 @@ class HostIsa:
         """The vector widths a kernel may name on this host, narrowest first."""
         return tuple(bits for bits in VECTOR_BITS if bits <= self.vector_bits)
 
+    @property
+    def variant_widths(self) -> tuple[int, ...]:
+        """The widths the plain CSR kernel's variants use here: from 256 bits up (128-bit
+        vectors never won a measured matrix, scripts/bench_space_oracle.py)."""
+        return tuple(bits for bits in self.widths if bits >= 256)
+
     def line(self) -> str:
         return f"host ISA {self.name} ({self.vector_bits}-bit vectors)"
 

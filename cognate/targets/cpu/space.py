@@ -592,7 +592,7 @@ class CpuSpace(Space):
         if self.op != "spmm":
             return ()
         plain = dict(self._baseline.knobs)
-        widths = [bits for bits in host_isa().widths if bits >= 256] or [host_isa().vector_bits]
+        widths = host_isa().variant_widths or (host_isa().vector_bits,)
         tiles = [
             {**plain, **VectorTile(bits, vregs, unroll).knobs}
             for bits in reversed(widths)

@@ -91,7 +91,7 @@ def vector_variants(op: str, width: int, configs: Sequence[Config]) -> list[tupl
     from cognate.targets.cpu.space import make_space
 
     space = make_space(op)
-    widths = [bits for bits in host_isa().widths if bits >= 256]
+    widths = host_isa().variant_widths
     seen = {c.hash for c in configs}
     found = []
     own_tile = {k: base.knobs[k] for k in VECTOR_KNOBS if k in base.knobs}

@@ -109,7 +109,7 @@ def generate_family_source(kernel: FamilyKernel) -> str:
     text = (kernels_dir() / "cpu" / f"{kernel.family}_{kernel.op}.c").read_text()
     return Template(text).substitute(
         dict(kernel.params), width=kernel.width, dot_product=include("dot_product"),
-        tasks=include("tasks"),
+        tasks=include("tasks"), host_vectors=include("host_vectors"),
     )  # fmt: skip
 
 
