@@ -3,11 +3,14 @@ each arm is).
 
     cognate data import data/records --db STORE          # the published hosts' records
     python scripts/eval_hosts.py --db STORE --seeds 5 --k 1 5 20 --json hosts.json
+    python scripts/eval_hosts.py --from-json hosts.json --write-pick data/models/cpu-spmm.safetensors
 
 Prints, per direction (source host -> target host), each arm's top-1 and best-of-5 as % of
 the target host's oracle on held-out matrices (mean over seeds, 95% bootstrap CI over seeds
 and test runs), and the paired ratio of the fine-tuned model's best-of-5 to the fixed-K
-set's, chosen on the same K matrices.
+set's, chosen on the same K matrices. ``--write-pick MODEL`` stores in MODEL's metadata what
+an unverified ``tune`` picks on a host the model never trained on: the baseline config where
+the zero-shot rank 1 fell below it (cognate.evaluate.hosts.new_host_pick), else its rank 1.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from cognate.paths import REPO_ROOT
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", type=Path, required=True, help="record store with >= 2 hosts")
+    parser.add_argument("--db", type=Path, default=None, help="record store with >= 2 hosts")
     parser.add_argument("--op", default="spmm", choices=["spmm", "sddmm"])
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--k", type=int, nargs="+", default=[1, 5, 20])
@@ -47,15 +50,44 @@ def main(argv: list[str] | None = None) -> int:
         "fixed set of the same host's training matrices",
     )
     parser.add_argument("--json", type=Path, default=None, help="write the summary here")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="read the summary of an earlier run (its --json) instead of running",
+    )
+    parser.add_argument(
+        "--write-pick",
+        type=Path,
+        default=None,
+        metavar="MODEL",
+        help="store in MODEL what an unverified tune picks on a host it never trained on: "
+        "the baseline config where the zero-shot rank 1 fell below it in any direction",
+    )
     args = parser.parse_args(argv)
     try:
-        summary = run(args)
-    except CognateError as err:
+        summary = json.loads(args.from_json.read_text()) if args.from_json else run(args)
+        if args.write_pick:
+            _write_pick(args.write_pick, args.op, summary)
+    except (CognateError, OSError, ValueError) as err:
         print(f"eval_hosts: {err}", file=sys.stderr)
         return 1
-    if args.json:
+    if args.json and not args.from_json:
         args.json.write_text(json.dumps(summary, indent=2) + "\n")
     return 0
+
+
+def _write_pick(path: Path, op: str, summary: dict) -> None:
+    from cognate.evaluate import hosts as lohosts
+    from cognate.model.cost_model import CostModel
+    from cognate.targets import get_target
+
+    model = CostModel.load(path, get_target("cpu").space(op))
+    rule = lohosts.new_host_pick(summary)
+    model.metadata[lohosts.NEW_HOST_PICK_KEY] = rule
+    model.save(path)
+    print(f"{path}: on a new host an unverified tune picks the {rule['pick']}")
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -65,6 +97,8 @@ def run(args: argparse.Namespace) -> dict:
     from cognate.records import read_runs, record_frame
     from cognate.targets import get_target
 
+    if args.db is None:
+        raise CognateError("--db STORE is required (or --from-json FILE)")
     torch.set_num_threads(2)
     space = get_target("cpu").space(args.op)
     start = time.perf_counter()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import cognate
 from cognate import hostid
 from cognate.collect.plan import choose_configs
 from cognate.errors import CognateError
@@ -282,7 +283,9 @@ def test_a_model_is_scored_per_host_on_its_held_out_matrices(two_hosts, space) -
         assert row["baseline_top1"] == pytest.approx(0.5, abs=0.2)
 
 
-def test_a_model_says_when_it_never_saw_a_host_like_this_one(two_hosts, space) -> None:
+def test_a_model_says_when_it_never_saw_a_host_like_this_one(
+    two_hosts, space, shared: Path
+) -> None:
     from cognate.model.encoding import new_host_note
 
     runs = load_runs(two_hosts, space)  # Zen 3 and Xeon facts: neither is this machine's
@@ -297,3 +300,73 @@ def test_a_model_says_when_it_never_saw_a_host_like_this_one(two_hosts, space) -
     here = train(runs, space, _tiny_preset(), encoder=make_encoder(space, "knobs+host"))
     assert new_host_note(here.encoder, here.metadata) is None
     assert new_host_note(make_encoder(space, "raw"), model.metadata) is None  # no host part
+    # An unverified tune on a host the model never saw picks the baseline where the
+    # model's leave-one-host-out evaluation found its rank 1 below the baseline, its rank 1
+    # otherwise, and its rank 1 on a host it trained on whatever the rule.
+    matrix = load_matrix(shared / "matrices" / "suitesparse" / "494_bus.mtx.gz")
+    for lost, pick in ((0.05, "baseline"), (-0.05, "model")):
+        summary = {"a -> b": _direction(0.9, 0.9), "b -> a": _direction(0.7, 0.7 + lost)}
+        rule = lohosts.new_host_pick(summary)
+        assert rule["pick"] == pick and set(rule["evidence"]) == {"a -> b", "b -> a"}
+        model.metadata[lohosts.NEW_HOST_PICK_KEY] = rule
+        here.metadata[lohosts.NEW_HOST_PICK_KEY] = rule
+        new = cognate.tune(matrix, width=64, top_k=3, model=model, candidates=300)
+        assert new.new_host and new.as_dict()["new_host_baseline"] is (pick == "baseline")
+        assert new.best is (new.baseline if pick == "baseline" else new.candidates[0])
+        if pick == "baseline" and new.candidates[0].config != new.baseline.config:
+            assert "pick: the baseline config" in _summary(new)
+        known = cognate.tune(matrix, width=64, top_k=3, model=here, candidates=300)
+        assert not known.new_host and known.best is known.candidates[0]
+    with pytest.raises(CognateError, match="no leave-one-host-out direction"):
+        lohosts.new_host_pick({"featurizer": "m.safetensors", "seeds": 5})
+
+
+def test_eval_hosts_writes_the_new_host_pick_into_a_model(two_hosts, space, tmp_path: Path) -> None:
+    import importlib.util
+    import json
+
+    from cognate.model.checkpoint import read_metadata
+
+    model = train(
+        load_runs(two_hosts, space),
+        space,
+        _tiny_preset(),
+        encoder=make_encoder(space, "knobs+host"),
+    )
+    path = model.save(tmp_path / "m.safetensors")
+    summary = tmp_path / "hosts.json"
+    summary.write_text(json.dumps({"seeds": 5, "x -> y": _direction(0.6, 0.7)}))
+    script = Path(__file__).resolve().parents[1] / "scripts" / "eval_hosts.py"
+    spec = importlib.util.spec_from_file_location("eval_hosts", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--from-json", str(summary), "--write-pick", str(path)]) == 0
+    rule = read_metadata(path)["new_host_pick"]
+    assert rule["pick"] == "baseline"
+    assert rule["evidence"]["x -> y"]["zero_shot_top1_of_oracle"] == pytest.approx(0.6)
+    assert read_metadata(path)["hosts"] == model.metadata["hosts"]  # the rest kept
+    summary.write_text("{}")  # no direction: one line, exit 1, the model untouched
+    assert module.main(["--from-json", str(summary), "--write-pick", str(path)]) == 1
+    assert read_metadata(path)["new_host_pick"] == rule
+
+
+def _direction(zero_shot_top1: float, baseline_top1: float) -> dict:
+    """One direction of scripts/eval_hosts.py's summary, as far as new_host_pick reads it."""
+
+    def arm(top1: float) -> dict:
+        return {"top1_of_oracle": {"mean": top1}, "top5_of_oracle": {"mean": 1.0}}
+
+    return {"arms": {"zero-shot": arm(zero_shot_top1), "baseline": arm(baseline_top1)}}
+
+
+def _summary(result) -> str:
+    """What ``cognate tune`` prints under its table for ``result``, on one line."""
+    import io
+
+    from rich.console import Console
+
+    from cognate.cli.tune_output import print_summary
+
+    console = Console(width=200, file=io.StringIO(), record=True)
+    print_summary(console, result)
+    return " ".join(console.export_text().split())

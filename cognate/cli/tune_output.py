@@ -247,7 +247,12 @@ def print_summary(console: Console, result: Any) -> None:
     sim = " (simulated)" if is_simulated(result.target) else ""
     rank_1_is_base = result.candidates[0].config == result.baseline.config
     if not result.verified:
-        if rank_1_is_base:
+        if result.new_host_baseline and not rank_1_is_base:
+            console.print(
+                f"pick: the baseline config, {best.description} (a host the model never"
+                f" trained on); its rank 1: {result.candidates[0].description}"
+            )
+        elif rank_1_is_base:
             console.print(
                 f"predicted best (rank 1) is the baseline config itself: {best.description}"
             )

@@ -318,6 +318,31 @@ def summarize(result: dict[str, Any], ks: Sequence[int], n_boot: int = 2000) -> 
     return out
 
 
+NEW_HOST_PICK_KEY = "new_host_pick"
+
+
+def new_host_pick(summary: dict[str, Any]) -> dict[str, Any]:
+    """What an unverified tune should pick on a host the model never trained on, from a
+    leave-one-host-out summary (``scripts/eval_hosts.py --json``): ``baseline`` when the
+    zero-shot rank 1 fell below the baseline config's share of the oracle in any direction,
+    else ``model``; with the figures it was decided on (a model's metadata keeps it)."""
+    evidence = {}
+    for key, row in summary.items():
+        arms = row.get("arms") if isinstance(row, dict) else None
+        if not arms or "zero-shot" not in arms or "baseline" not in arms:
+            continue
+        evidence[key] = {
+            "zero_shot_top1_of_oracle": arms["zero-shot"]["top1_of_oracle"]["mean"],
+            "baseline_top1_of_oracle": arms["baseline"]["top1_of_oracle"]["mean"],
+        }
+    if not evidence:
+        raise CognateError("the summary holds no leave-one-host-out direction")
+    lost = any(
+        e["zero_shot_top1_of_oracle"] < e["baseline_top1_of_oracle"] for e in evidence.values()
+    )
+    return {"pick": "baseline" if lost else "model", "evidence": evidence}
+
+
 def _estimate(e: Estimate) -> dict[str, float]:
     return {"mean": e.mean, "low": e.low, "high": e.high, "seeds": e.seeds, "runs": e.matrices}
 

@@ -234,12 +234,27 @@ def new_host_note(encoder: ConfigEncoder, metadata: dict) -> str | None:
             return None
     profile = host_profile()
     names = ", ".join(str(h.get("cpu")) for h in hosts if isinstance(h, dict))
+    if new_host_picks_baseline(metadata):
+        rank_only = (
+            "On a host it never saw, its rank 1 lost to the baseline config, so an unverified"
+            " tune picks the baseline here"
+        )
+    else:
+        rank_only = "On a host it never saw, its rank-only pick is less sure"
     return (
         f"note: the model never trained on a host like this one ({profile.cpu}, "
         f"{profile.vector_bits}-bit vectors, {profile.l2_bytes >> 10} KiB L2); it trained on "
-        f"{names}. On a new host its rank-only pick can lose to the baseline config: "
-        "--verify times the picks, --verify --learn adapts the model here"
+        f"{names}. {rank_only}: --verify times the picks, --verify --learn adapts the model"
+        " here"
     )
+
+
+def new_host_picks_baseline(metadata: dict) -> bool:
+    """Whether the model's leave-one-host-out evaluation (metadata ``new_host_pick``,
+    written by scripts/eval_hosts.py --write-pick) found its zero-shot rank 1 below the
+    baseline config: then an unverified tune on a new host picks the baseline."""
+    rule = metadata.get("new_host_pick")
+    return isinstance(rule, dict) and rule.get("pick") == "baseline"
 
 
 def neutral_host_weights(network: torch.nn.Module, encoder: ConfigEncoder) -> None:

@@ -56,16 +56,23 @@ class TuneResult:
     remeasured: list[str] = field(default_factory=list)  # hashes re-timed head to head
     space_version: str = ""
     ranking: dict[str, Any] | None = None  # which ranking the model used, and why
+    # The model never trained on a host like this machine (``new_host_note``); and, where
+    # its leave-one-host-out evaluation found its rank 1 below the baseline config on a new
+    # host (docs/evaluation/hosts.md), an unverified pick is the baseline.
+    new_host: bool = False
+    new_host_baseline: bool = False
     scored_count: ScoredCount | None = None  # where the n_scored configs came from
     _kernel: Any = field(default=None, repr=False)
 
     @property
     def best(self) -> Candidate:
         """Verified: the fastest measured candidate that beats the baseline outside the
-        spread of both (``beats``), else the baseline; unverified or nothing ran: rank 1.
-        A baseline that did not run gives way to the fastest candidate that did."""
+        spread of both (``beats``), else the baseline; unverified or nothing ran: rank 1
+        (the baseline on a host the model never trained on, where its rank 1 lost to the
+        baseline on such hosts: ``new_host_baseline``). A baseline that did not run gives
+        way to the fastest candidate that did."""
         if not self.verified:
-            return self.candidates[0]
+            return self.baseline if self.new_host_baseline else self.candidates[0]
         base = self.baseline
         measured = [c for c in self.candidates if _ran(c) and c.config != base.config]
         if not _ran(base):
@@ -187,6 +194,8 @@ class TuneResult:
             "scored_from": self.scored_count.as_dict() if self.scored_count else None,
             "skipped_too_large": self.skipped_too_large,
             "verified": self.verified,
+            "new_host": self.new_host,
+            "new_host_baseline": self.new_host_baseline,
             "baseline": base,
             "candidates": [c.as_dict() for c in self.candidates],
             "best": {
