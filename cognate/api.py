@@ -65,8 +65,9 @@ def tune(
     cores); ``result.best`` is the fastest of the top-k and the baseline (the baseline when no
     candidate beat it), ``result.unreliable`` says the machine was busy meanwhile.
     Unverified, ``result.best`` is the model's rank 1, except on a host the model never
-    trained on (``result.new_host``), where its rank 1 lost to the baseline config
-    (docs/evaluation/hosts.md): there it is the baseline.
+    trained on (``result.new_host``) when its own leave-one-host-out evaluation found its
+    rank 1 below the baseline config there (``result.new_host_baseline``,
+    docs/evaluation/hosts.md): then it is the baseline.
     ``record``: a record store (SQLite file) to keep the verified measurements in.
     ``announce``: called with one line as each long step starts (ranking, verifying).
     The result holds the top-k (``result.candidates``), the chosen ``result.config`` and, on

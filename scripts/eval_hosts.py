@@ -81,11 +81,12 @@ def main(argv: list[str] | None = None) -> int:
 def _write_pick(path: Path, op: str, summary: dict) -> None:
     from cognate.evaluate import hosts as lohosts
     from cognate.model.cost_model import CostModel
+    from cognate.model.encoding import NEW_HOST_PICK_KEY
     from cognate.targets import get_target
 
     model = CostModel.load(path, get_target("cpu").space(op))
     rule = lohosts.new_host_pick(summary)
-    model.metadata[lohosts.NEW_HOST_PICK_KEY] = rule
+    model.metadata[NEW_HOST_PICK_KEY] = rule
     model.save(path)
     print(f"{path}: on a new host an unverified tune picks the {rule['pick']}")
 

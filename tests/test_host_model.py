@@ -18,7 +18,7 @@ from cognate.errors import CognateError
 from cognate.evaluate import hosts as lohosts
 from cognate.formats.read import load_matrix
 from cognate.hostid import HostFacts, HostProfile
-from cognate.model.encoding import host_features, make_encoder
+from cognate.model.encoding import NEW_HOST_PICK_KEY, host_features, make_encoder
 from cognate.model.fit import encode_all
 from cognate.model.preset import preset_from_dict
 from cognate.model.train import train
@@ -308,8 +308,8 @@ def test_a_model_says_when_it_never_saw_a_host_like_this_one(
         summary = {"a -> b": _direction(0.9, 0.9), "b -> a": _direction(0.7, 0.7 + lost)}
         rule = lohosts.new_host_pick(summary)
         assert rule["pick"] == pick and set(rule["evidence"]) == {"a -> b", "b -> a"}
-        model.metadata[lohosts.NEW_HOST_PICK_KEY] = rule
-        here.metadata[lohosts.NEW_HOST_PICK_KEY] = rule
+        model.metadata[NEW_HOST_PICK_KEY] = rule
+        here.metadata[NEW_HOST_PICK_KEY] = rule
         new = cognate.tune(matrix, width=64, top_k=3, model=model, candidates=300)
         assert new.new_host and new.as_dict()["new_host_baseline"] is (pick == "baseline")
         assert new.best is (new.baseline if pick == "baseline" else new.candidates[0])

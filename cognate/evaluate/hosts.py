@@ -318,9 +318,6 @@ def summarize(result: dict[str, Any], ks: Sequence[int], n_boot: int = 2000) -> 
     return out
 
 
-NEW_HOST_PICK_KEY = "new_host_pick"
-
-
 def new_host_pick(summary: dict[str, Any]) -> dict[str, Any]:
     """What an unverified tune should pick on a host the model never trained on, from a
     leave-one-host-out summary (``scripts/eval_hosts.py --json``): ``baseline`` when the

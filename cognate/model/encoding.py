@@ -220,20 +220,28 @@ def hosts_of_runs(runs: Sequence[MatrixRuns]) -> list[dict[str, object]]:
     return list(seen.values())
 
 
-def new_host_note(encoder: ConfigEncoder, metadata: dict) -> str | None:
-    """One line when a host-aware model never trained on a host like this machine (its
-    facts differ from every training host's): rank-only picks there are not to be trusted
-    (docs/evaluation/hosts.md). None for models without a host part or a host list."""
+def never_trained_here(encoder: ConfigEncoder, metadata: dict) -> bool:
+    """Whether a host-aware model never trained on a host like this machine: its facts
+    differ from every training host's (metadata ``hosts``). False for models without a host
+    part or a host list."""
     hosts = metadata.get("hosts")
     if not encoder.uses_host or not isinstance(hosts, list) or not hosts:
-        return None
+        return False
     here = host_features(None)
     for host in hosts:
         known = np.asarray(host.get("features", []) if isinstance(host, dict) else [], float)
         if known.shape == here.shape and np.allclose(known, here, atol=1e-3):
-            return None
+            return False
+    return True
+
+
+def new_host_note(encoder: ConfigEncoder, metadata: dict) -> str | None:
+    """One line when ``never_trained_here``: rank-only picks there are less sure
+    (docs/evaluation/hosts.md), and what an unverified tune picks. None otherwise."""
+    if not never_trained_here(encoder, metadata):
+        return None
     profile = host_profile()
-    names = ", ".join(str(h.get("cpu")) for h in hosts if isinstance(h, dict))
+    names = ", ".join(str(h.get("cpu")) for h in metadata["hosts"] if isinstance(h, dict))
     if new_host_picks_baseline(metadata):
         rank_only = (
             "On a host it never saw, its rank 1 lost to the baseline config, so an unverified"
@@ -249,11 +257,15 @@ def new_host_note(encoder: ConfigEncoder, metadata: dict) -> str | None:
     )
 
 
+# The metadata key of a model's new-host rule (scripts/eval_hosts.py --write-pick).
+NEW_HOST_PICK_KEY = "new_host_pick"
+
+
 def new_host_picks_baseline(metadata: dict) -> bool:
     """Whether the model's leave-one-host-out evaluation (metadata ``new_host_pick``,
     written by scripts/eval_hosts.py --write-pick) found its zero-shot rank 1 below the
     baseline config: then an unverified tune on a new host picks the baseline."""
-    rule = metadata.get("new_host_pick")
+    rule = metadata.get(NEW_HOST_PICK_KEY)
     return isinstance(rule, dict) and rule.get("pick") == "baseline"
 
 

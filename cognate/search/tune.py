@@ -11,7 +11,7 @@ from typing import Any
 from cognate.budget import check_work
 from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel
-from cognate.model.encoding import new_host_note, new_host_picks_baseline
+from cognate.model.encoding import never_trained_here, new_host_picks_baseline
 from cognate.model.portfolio import ranking_used
 from cognate.progress import Ticker
 from cognate.runner import Measurement, ProgressFn
@@ -84,7 +84,8 @@ def tune_matrix(
     result.space_version = space.version
     result.ranking = ranking_used(cost_model.metadata)
     result.scored_count = getattr(ranked, "count", None)
-    result.new_host = never_trained_here(cost_model)
+    encoder = getattr(cost_model, "encoder", None)  # a random or fixed model has none
+    result.new_host = encoder is not None and never_trained_here(encoder, cost_model.metadata)
     result.new_host_baseline = result.new_host and new_host_picks_baseline(cost_model.metadata)
     if verify:  # the target's variants (cpu: vector width) are measured with the picks
         add_variants(result, the_target)
@@ -93,12 +94,6 @@ def tune_matrix(
             progress = _progress_lines(result, announce)
         verify_result(result, the_target, progress, runner_options, threads)
     return result
-
-
-def never_trained_here(model: CostModel) -> bool:
-    """Whether ``model`` has a host part and never trained on a host like this machine."""
-    encoder = getattr(model, "encoder", None)
-    return encoder is not None and new_host_note(encoder, model.metadata) is not None
 
 
 def _progress_lines(result: TuneResult, announce: Callable[[str], None]) -> ProgressFn:
