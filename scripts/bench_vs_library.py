@@ -9,7 +9,8 @@ of the rounds with their interquartile spread. The same calls timed in interleav
 column (``mkl/tuned il``). The host's ISA heads the output and each pick's vector width
 (``vec``: bits, or its kernel family) is printed beside it:
 
-- tuned: the user-facing ``result.kernel(B, out=C)`` (B read in place, C preallocated);
+- tuned: the user-facing ``result.kernel(B, out=C)`` (B read in place, C the array its first
+  call ``result.kernel(B)`` returned);
 - mkl: MKL's inspector-executor SpMM (``mkl_sparse_s_create_csr`` + ``mkl_sparse_set_mm_hint``
   + ``mkl_sparse_optimize`` once, outside the timed region; then ``mkl_sparse_s_mm`` into a
   preallocated C per call; cognate/targets/cpu/measure/library.py); its inspection time is printed
@@ -99,9 +100,11 @@ def calls(
     matrix: Matrix, kernel, b: np.ndarray, threads: int, libraries=("mkl", "torch", "scipy")
 ) -> tuple[dict, dict, float]:
     """The checked calls of one (matrix, width): name -> callable, name -> why missing,
-    and MKL's inspection seconds. ``kernel(b, out=c)`` is the tuned kernel as users call it."""
+    and MKL's inspection seconds. ``kernel(b, out=c)`` is the tuned kernel as users call it,
+    into the C its first call ``kernel(b)`` allocated (vector-aligned, as a streamed pick
+    needs: docs/benchmarks.md)."""
     csr = matrix.csr
-    c_tuned = np.empty((csr.shape[0], b.shape[1]), dtype=np.float32)
+    c_tuned = kernel(b)
     prepared = {"tuned": lambda: kernel(b, out=c_tuned)}
     results = {"tuned": lambda: c_tuned}
     missing: dict[str, str] = {}
@@ -490,7 +493,7 @@ def add_before(matrix: Matrix, config, b: np.ndarray, prepared: dict, missing: d
     from cognate.targets.cpu.tuned import ScheduleKernel
 
     kernel = ScheduleKernel(matrix, "spmm", config)
-    c = np.empty((matrix.shape[0], b.shape[1]), dtype=np.float32)
+    c = kernel(b)
     call = {"before": lambda: kernel(b, out=c)}
     drop_wrong(call, {"before": lambda: c}, reference(matrix.csr, "spmm", (b,)), missing)
     prepared.update(call)

@@ -36,7 +36,8 @@ def add_variants(result: TuneResult, target: Target) -> None:
     """Append the target's variants of the candidates (and baseline) to ``result``'s
     candidates, each ranked and scored as the config it varies."""
     pool = [*result.candidates, result.baseline]
-    pairs = target.variants(result.op, result.width, [c.config for c in pool])
+    configs = [c.config for c in pool]
+    pairs = target.variants(result.op, result.width, configs, result.matrix.shape)
     if not pairs:
         return
     space = target.space(result.op)

@@ -180,11 +180,15 @@ class Target:
         return Cost(*(max(a, b) for a, b in zip(self.rank_cost, measure, strict=True)))
 
     def variants(
-        self, op: str, width: int, configs: Sequence[Config]
+        self,
+        op: str,
+        width: int,
+        configs: Sequence[Config],
+        shape: tuple[int, int] | None = None,
     ) -> list[tuple[Config, Config]]:
-        """(config, variant) pairs ``tune --verify`` times beside ``configs``: variants in knobs
-        the cost model does not encode (cpu: vector width, register tile), so measurement
-        decides. By default none."""
+        """(config, variant) pairs ``tune --verify`` times beside ``configs`` (of a matrix of
+        ``shape``): variants in knobs the cost model does not encode or cannot rank (cpu:
+        vector width, register tile, C's stores), so measurement decides. By default none."""
         return []
 
     @property

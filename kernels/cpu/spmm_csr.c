@@ -30,6 +30,12 @@
  * of the small-product rule), BATCH (rows claimed BATCH at a time through an atomic counter,
  * JitSpMM's schedule, instead of the weight-balanced tasks) and NZSPLIT (merge-path: each
  * thread an equal share of rows + nonzeros, the rows cut at the boundaries summed after).
+ * STREAM 1 writes C's full vector tiles with non-temporal stores (x86): a plain store first
+ * reads each line of C it writes (read-for-ownership), so a product whose C outgrows the
+ * caches moves C's bytes twice; a streaming store moves them once, past the caches (arrow
+ * at N=128, C 23 MB: 1.48 -> 1.10 ms). It loses where C would have stayed in cache, so it
+ * is a knob that verify times (vector.py). Used only where C's rows are vector-aligned (C
+ * aligned, N a multiple of the lanes), checked per call; plain stores otherwise.
  */
 #pragma GCC optimize("fp-contract=fast")
 #include <omp.h>
@@ -48,10 +54,47 @@ enum { LANES = VBYTES / 4 };
  * PREFETCH nonzeros ahead (0: none); BATCH rows per claim (0: weight-balanced tasks);
  * NZSPLIT 1: the merge-path split. */
 enum { THREADS = ${threads}, PREFETCH = ${prefetch}, BATCH = ${batch}, NZSPLIT = ${nzsplit} };
+#define STREAM ${stream}
+#define VECTOR_BYTES ${vbytes}
 typedef float vf __attribute__((vector_size(VBYTES), aligned(4)));
 typedef float vf8 __attribute__((vector_size(32), aligned(4)));  /* tails: 8 columns */
 typedef float vf4 __attribute__((vector_size(16), aligned(4)));  /* tails: 4 columns */
 static const int64_t N = ${dense_extent};
+
+/* Streaming stores (STREAM): x86 intrinsics where this width has one, else plain stores
+ * (the kernel then never streams: stream_of). A streaming store must be vector-aligned, so
+ * a call streams only where C is (torch tensors are 64-byte aligned, cognate's own outputs
+ * too; numpy's large arrays often only 16): realigning the tiles in registers was measured
+ * and lost, since the partial lines' plain stores beside streamed ones cost more than the
+ * streaming saved. */
+#if STREAM && defined(__x86_64__) && \
+    ((VECTOR_BYTES == 64 && defined(__AVX512F__)) || (VECTOR_BYTES == 32 && defined(__AVX__)) || \
+     VECTOR_BYTES == 16)
+#include <immintrin.h>
+#define CAN_STREAM 1
+static inline __attribute__((always_inline)) void stream_store(float *c, const vf v)
+{
+#if VECTOR_BYTES == 64
+    _mm512_stream_ps(c, (__m512)v);
+#elif VECTOR_BYTES == 32
+    _mm256_stream_ps(c, (__m256)v);
+#else
+    _mm_stream_ps(c, (__m128)v);
+#endif
+}
+static inline void stream_fence(const int stream) { if (stream) _mm_sfence(); }
+#else
+#define CAN_STREAM 0
+static inline __attribute__((always_inline)) void stream_store(float *c, const vf v) { *(vf *)c = v; }
+static inline void stream_fence(const int stream) { (void)stream; }
+#endif
+
+/* Whether this call streams C's full tiles: the knob, an ISA that can, rows a whole number
+ * of vectors and C vector-aligned. */
+static int stream_of(const float *C)
+{
+    return STREAM && CAN_STREAM && N % LANES == 0 && (uintptr_t)C % VBYTES == 0;
+}
 
 /* The cache lines of columns [j, j + floats) of the B row of nonzero f (< end), if PREFETCH. */
 static inline __attribute__((always_inline)) void prefetch_b(
@@ -65,13 +108,22 @@ static inline __attribute__((always_inline)) void prefetch_b(
 
 /* Columns [j, j + L * nv) of row [lo, hi) of A times B, summed in registers, stored to c:
  * one function per vector type VT of L lanes (the config's, and the narrower tails'); end is
- * A's nonzero count (the prefetch reads no column past it). */
-#define DEFINE_TILE(NAME, VT, L)                                                              \
+ * A's nonzero count (the prefetch reads no column past it). STORES writes the tile: the
+ * config's tile streams where stream says so (stream_of), the tails never do (a streamed C
+ * has none). */
+#define PLAIN_STORES(VT, L) for (int q = 0; q < nv; q++) *(VT *)(c + L * q) = acc[0][q]
+#define TILE_STORES(VT, L)                                                                    \
+    if (STREAM && stream)                                                                     \
+        for (int q = 0; q < nv; q++) stream_store(c + L * q, acc[0][q]);                      \
+    else                                                                                      \
+        PLAIN_STORES(VT, L)
+#define DEFINE_TILE(NAME, VT, L, STORES)                                                      \
 static inline __attribute__((always_inline)) void NAME(                                      \
     const int64_t lo, const int64_t hi, const int64_t end, const int32_t *restrict col,       \
     const float *restrict val, const float *restrict B, float *restrict c, const int64_t j,   \
-    const int nv)                                                                             \
+    const int nv, const int stream)                                                           \
 {                                                                                             \
+    (void)stream;                                                                             \
     VT acc[ACCS][VREGS];                                                                      \
     for (int s = 0; s < ACCS; s++)                                                            \
         for (int q = 0; q < nv; q++) acc[s][q] = (VT){0};                                     \
@@ -92,12 +144,12 @@ static inline __attribute__((always_inline)) void NAME(                         
     }                                                                                         \
     for (int s = 1; s < ACCS; s++)                                                            \
         for (int q = 0; q < nv; q++) acc[0][q] += acc[s][q];                                  \
-    for (int q = 0; q < nv; q++) *(VT *)(c + L * q) = acc[0][q];                              \
+    STORES(VT, L);                                                                            \
 }
 
-DEFINE_TILE(tile, vf, LANES)
-DEFINE_TILE(tile8, vf8, 8)
-DEFINE_TILE(tile4, vf4, 4)
+DEFINE_TILE(tile, vf, LANES, TILE_STORES)
+DEFINE_TILE(tile8, vf8, 8, PLAIN_STORES)
+DEFINE_TILE(tile4, vf4, 4, PLAIN_STORES)
 
 /* Columns [j, N) (fewer than 4) of one row, scalar. */
 static void edge(const int64_t lo, const int64_t hi, const int32_t *restrict col,
@@ -113,17 +165,19 @@ static void edge(const int64_t lo, const int64_t hi, const int32_t *restrict col
 }
 
 /* One row of C: passes of VREGS vectors, then fewer (halving), then narrower vectors, then
- * scalar columns; N is a constant, so only the steps this width needs remain. */
+ * scalar columns; N is a constant, so only the steps this width needs remain. stream 1
+ * (stream_of): the full tiles are streamed. */
 static void row(const int64_t lo, const int64_t hi, const int64_t end, const int32_t *restrict col,
-                const float *restrict val, const float *restrict B, float *restrict c)
+                const float *restrict val, const float *restrict B, float *restrict c,
+                const int stream)
 {
     int64_t j = 0;
-    for (; j + VREGS * LANES <= N; j += VREGS * LANES) tile(lo, hi, end, col, val, B, c + j, j, VREGS);
-    if (VREGS > 4 && j + 4 * LANES <= N) { tile(lo, hi, end, col, val, B, c + j, j, 4); j += 4 * LANES; }
-    if (VREGS > 2 && j + 2 * LANES <= N) { tile(lo, hi, end, col, val, B, c + j, j, 2); j += 2 * LANES; }
-    if (VREGS > 1 && j + LANES <= N) { tile(lo, hi, end, col, val, B, c + j, j, 1); j += LANES; }
-    if (LANES > 8 && j + 8 <= N) { tile8(lo, hi, end, col, val, B, c + j, j, 1); j += 8; }
-    if (LANES > 4 && j + 4 <= N) { tile4(lo, hi, end, col, val, B, c + j, j, 1); j += 4; }
+    for (; j + VREGS * LANES <= N; j += VREGS * LANES) tile(lo, hi, end, col, val, B, c + j, j, VREGS, stream);
+    if (VREGS > 4 && j + 4 * LANES <= N) { tile(lo, hi, end, col, val, B, c + j, j, 4, stream); j += 4 * LANES; }
+    if (VREGS > 2 && j + 2 * LANES <= N) { tile(lo, hi, end, col, val, B, c + j, j, 2, stream); j += 2 * LANES; }
+    if (VREGS > 1 && j + LANES <= N) { tile(lo, hi, end, col, val, B, c + j, j, 1, stream); j += LANES; }
+    if (LANES > 8 && j + 8 <= N) { tile8(lo, hi, end, col, val, B, c + j, j, 1, 0); j += 8; }
+    if (LANES > 4 && j + 4 <= N) { tile4(lo, hi, end, col, val, B, c + j, j, 1, 0); j += 4; }
     if (j < N) edge(lo, hi, col, val, B, c, j);
 }
 
@@ -155,15 +209,19 @@ static int64_t balanced_task(const int64_t task, const int64_t weight)
 /* BATCH rows at a time, claimed through an atomic counter until none are left. */
 static void run_batches(const int64_t *restrict pos, const int32_t *restrict col,
                         const float *restrict val, const float *restrict B, float *restrict C,
-                        const int64_t M, const int parallel)
+                        const int64_t M, const int parallel, const int stream)
 {
     int64_t next = 0;
     #pragma omp parallel if (parallel)
-    for (;;) {
-        const int64_t lo = __atomic_fetch_add(&next, (int64_t)BATCH, __ATOMIC_RELAXED);
-        if (lo >= M) break;
-        const int64_t hi = lo + BATCH < M ? lo + BATCH : M;
-        for (int64_t i = lo; i < hi; i++) row(pos[i], pos[i + 1], pos[M], col, val, B, C + i * N);
+    {
+        for (;;) {
+            const int64_t lo = __atomic_fetch_add(&next, (int64_t)BATCH, __ATOMIC_RELAXED);
+            if (lo >= M) break;
+            const int64_t hi = lo + BATCH < M ? lo + BATCH : M;
+            for (int64_t i = lo; i < hi; i++)
+                row(pos[i], pos[i + 1], pos[M], col, val, B, C + i * N, stream);
+        }
+        stream_fence(stream);
     }
 }
 
@@ -183,7 +241,7 @@ static void path_point(const int64_t *restrict pos, const int64_t M, const int64
  * 0 if the carries could not be allocated (the caller runs its tasks instead). */
 static int run_nzsplit(const int64_t *restrict pos, const int32_t *restrict col,
                        const float *restrict val, const float *restrict B, float *restrict C,
-                       const int64_t M)
+                       const int64_t M, const int stream)
 {
     const int64_t parts = omp_get_max_threads(), total = M + pos[M];
     float *carry = malloc(sizeof(float) * parts * N);
@@ -195,9 +253,10 @@ static int run_nzsplit(const int64_t *restrict pos, const int32_t *restrict col,
         path_point(pos, M, t * total / parts, &i0, &p0);
         path_point(pos, M, (t + 1) * total / parts, &i1, &p1);
         for (int64_t i = i0; i < i1; i++)
-            row(i == i0 ? p0 : pos[i], pos[i + 1], pos[M], col, val, B, C + i * N);
+            row(i == i0 ? p0 : pos[i], pos[i + 1], pos[M], col, val, B, C + i * N, stream);
         carry_row[t] = i1;
-        if (i1 < M) row(i1 == i0 ? p0 : pos[i1], p1, pos[M], col, val, B, carry + t * N);
+        if (i1 < M) row(i1 == i0 ? p0 : pos[i1], p1, pos[M], col, val, B, carry + t * N, 0);
+        stream_fence(stream);  /* before the carries are added to rows other parts wrote */
     }
     for (int64_t t = 0; t < parts; t++)
         if (carry_row[t] < M)
@@ -227,12 +286,17 @@ void cognate_spmm(const int64_t *restrict pos0, const int32_t *restrict crd0,
     const int parallel = THREADS == 1 ? 0
                        : THREADS == 2 ? 1
                        : nnz * N >= serial_below() && tasks > 1;
-    if (NZSPLIT && parallel && run_nzsplit(pos2, crd2, vals, B, C, M)) return;
-    if (BATCH) { run_batches(pos2, crd2, vals, B, C, M, parallel); return; }
-    #pragma omp parallel for schedule(dynamic, 1) if (parallel)
-    for (int64_t t = 0; t < tasks; t++) {
-        const int64_t hi = first_row(pos2, M, (t + 1) * task);
-        for (int64_t i = first_row(pos2, M, t * task); i < hi; i++)
-            row(pos2[i], pos2[i + 1], nnz, crd2, vals, B, C + i * N);
+    const int stream = stream_of(C);
+    if (NZSPLIT && parallel && run_nzsplit(pos2, crd2, vals, B, C, M, stream)) return;
+    if (BATCH) { run_batches(pos2, crd2, vals, B, C, M, parallel, stream); return; }
+    #pragma omp parallel if (parallel)
+    {
+        #pragma omp for schedule(dynamic, 1) nowait
+        for (int64_t t = 0; t < tasks; t++) {
+            const int64_t hi = first_row(pos2, M, (t + 1) * task);
+            for (int64_t i = first_row(pos2, M, t * task); i < hi; i++)
+                row(pos2[i], pos2[i + 1], nnz, crd2, vals, B, C + i * N, stream);
+        }
+        stream_fence(stream);  /* each thread's streamed tiles, before the region's barrier */
     }
 }

@@ -109,13 +109,18 @@ class CpuTarget(Target):
         return HostFacts.of(isa.name, isa.vector_bits)
 
     def variants(
-        self, op: str, width: int, configs: Sequence[Config]
+        self,
+        op: str,
+        width: int,
+        configs: Sequence[Config],
+        shape: tuple[int, int] | None = None,
     ) -> list[tuple[Config, Config]]:
-        """Vector-width / register-tile and schedule variants of the best-ranked plain CSR
-        SpMM config among ``configs``, for ``tune --verify`` to time beside them (vector.py)."""
+        """Vector-width / register-tile, schedule and C-store variants of the best-ranked
+        plain CSR SpMM config among ``configs``, for ``tune --verify`` to time beside them
+        (vector.py)."""
         from cognate.targets.cpu.vector import vector_variants
 
-        return vector_variants(op, width, configs)
+        return vector_variants(op, width, configs, shape)
 
     def kernel(self, matrix: Matrix, op: str, config: Config) -> Callable[..., Any]:
         from cognate.targets.cpu.tuned import ScheduleKernel

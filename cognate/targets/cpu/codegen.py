@@ -130,6 +130,18 @@ class Schedule:
         return f"{threads} {rows} prefetch {self.prefetch}"
 
 
+# The plain CSR SpMM kernel's C stores: stream 1 writes C's full vector tiles with
+# non-temporal stores (kernels/cpu/spmm_csr.c says when that pays). A knob group of its own,
+# so configs and records without it keep their meaning (plain stores).
+STORE_KNOBS: dict[str, tuple[int, ...]] = {"stream": (0, 1)}
+
+
+def stream_of(knobs: Mapping[str, Any]) -> int:
+    """The config's ``stream`` knob, checked against its whitelist (0 when absent)."""
+    values = _knob_group(knobs, STORE_KNOBS, "store")
+    return 0 if values is None else values["stream"]
+
+
 def schedule_of(knobs: Mapping[str, Any]) -> Schedule | None:
     """The config's schedule knobs (all four or none), each checked against its whitelist."""
     values = _knob_group(knobs, SCHEDULE_KNOBS, "schedule")
@@ -181,6 +193,7 @@ class LoopStructure:
     width: int | None = None  # the dense width compiled in as a constant; None: runtime
     vector: VectorTile | None = None  # plain CSR SpMM only: the config's vector knobs
     schedule: Schedule | None = None  # plain CSR SpMM only: the config's schedule knobs
+    stream: int = 0  # plain CSR SpMM only: 1 = C's tiles written with streaming stores
 
     @property
     def loops(self) -> OpLoops:
@@ -260,6 +273,12 @@ def structure_of(op: str, knobs: Mapping[str, Any], width: int | None = None) ->
         if not has_plain_csr_shape(structure):
             raise CognateError(f"cpu {op}: schedule knobs apply to the plain CSR SpMM kernel only")
         structure = replace(structure, schedule=schedule)
+    if stream_of(knobs):
+        if not has_plain_csr_shape(structure):
+            raise CognateError(
+                f"cpu {op}: the stream knob applies to the plain CSR SpMM kernel only"
+            )
+        structure = replace(structure, stream=1)
     return structure
 
 
@@ -399,6 +418,8 @@ def _checked(s: LoopStructure) -> LoopStructure:
         knobs.update(s.vector.knobs)
     if s.schedule is not None:
         knobs.update(s.schedule.knobs)
+    if s.stream:
+        knobs["stream"] = s.stream
     if structure_of(s.op, knobs, s.width) != s:
         raise CognateError(f"cpu {s.op}: inconsistent loop structure {s}")
     return s
@@ -444,9 +465,10 @@ def generate_source(s: LoopStructure) -> str:
             unroll=str(int(vector.unroll)),
             accs=str(int(vector.accumulators)),
             tasks=include("tasks"),
+            stream=str(int(s.stream)),
             **_schedule_params(s.schedule),
         )
-    if s.vector is not None or s.schedule is not None:  # the generated nests have neither
+    if s.vector is not None or s.schedule is not None or s.stream:  # the nests have none
         raise CognateError(f"cpu {s.op}: vector and schedule knobs need a width compiled in")
     template = Template((kernels_dir() / "cpu" / f"{s.op}.c").read_text())
     runtime = "N_arg" if s.op == "spmm" else "K_arg"

@@ -42,6 +42,17 @@ def zero_pages(shape: tuple[int, ...], dtype: Any) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).reshape(shape)
 
 
+def aligned_empty(shape: tuple[int, ...], dtype: Any = np.float32, align: int = 64) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an ``align``-byte boundary.
+    Why: a kernel streams its output (non-temporal stores, the ``stream`` knob) only into a
+    vector-aligned array, and numpy's large arrays start 16 bytes past a page."""
+    dtype = np.dtype(dtype)
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = np.empty(count * dtype.itemsize + align, dtype=np.uint8)
+    skip = -raw.ctypes.data % align
+    return raw[skip : skip + count * dtype.itemsize].view(dtype).reshape(shape)
+
+
 def check_live_tensor(tensor: Any, what: str) -> None:
     """Raise one line when ``tensor`` (a torch tensor) has elements but no memory for them.
 

@@ -22,6 +22,7 @@ from cognate.matrix import Matrix
 from cognate.targets.cpu import families, memory, pipeline
 from cognate.targets.cpu.call import check_operands
 from cognate.targets.cpu.operands import (
+    aligned_empty,
     check_disjoint,
     check_live_tensor,
     overlap_error,
@@ -306,9 +307,10 @@ class TunedKernel:
 
     @staticmethod
     def _fresh_or(out: Any, shape: tuple[int, ...]) -> np.ndarray:
-        # np.empty: every kernel writes each output entry (SpMM zeroes C itself).
+        # empty: every kernel writes each output entry (SpMM zeroes C itself); aligned, so
+        # a streamed kernel streams into it (the stream knob)
         if out is None:
-            return np.empty(shape, dtype=np.float32)
+            return aligned_empty(shape, np.float32)
         if (
             type(out) is np.ndarray
             and out.shape == shape

@@ -13,6 +13,10 @@ one wins as any candidate does. The schedules are also tried on the host's whole
 was then never measured (test_FW_2500 at N = 128 on AVX-512: the nzsplit schedule on the
 base's 512-bit x4 tile ran 29.7 us, on the whole-row 512-bit x8 tile 27.8 us, MKL-IE 35 us).
 
+Where C outgrows the cores' L2 caches, the base's tile and the whole-row tile are also timed
+with C's streaming stores (``stream``: kernels/cpu/spmm_csr.c; arrow at N = 128 on AVX-512:
+1.48 -> 1.10 ms), which the cost models do not encode either.
+
 ``COGNATE_VECTOR_VARIANTS=0`` turns them off (the kernel of a config without these knobs,
 256-bit, default schedule, is then the only plain CSR kernel timed).
 """
@@ -23,9 +27,11 @@ import os
 from collections.abc import Sequence
 
 from cognate.config import Config
+from cognate.hostid import host_profile
 from cognate.targets.cpu.codegen import (
     DEFAULT_VECTOR,
     SCHEDULE_KNOBS,
+    STORE_KNOBS,
     VECTOR_KNOBS,
     Schedule,
     VectorTile,
@@ -79,15 +85,27 @@ def is_plain_csr_spmm(config: Config) -> bool:
     )
 
 
-def vector_variants(op: str, width: int, configs: Sequence[Config]) -> list[tuple[Config, Config]]:
+def streaming_may_pay(rows: int, width: int) -> bool:
+    """Whether C (``rows`` x ``width`` floats) outgrows the L2 caches of all cores, the
+    least size where streaming stores won a measured product (below it C's lines are still
+    cached when the next row's stores come; 2 MiB where sysfs names no L2)."""
+    profile = host_profile()
+    l2_total = profile.l2_bytes * profile.cores or 2 << 20
+    return rows * width * 4 >= l2_total
+
+
+def vector_variants(
+    op: str, width: int, configs: Sequence[Config], shape: tuple[int, int] | None = None
+) -> list[tuple[Config, Config]]:
     """(base, variant) pairs: the new variants of the first plain CSR SpMM config of
-    ``configs``."""
+    ``configs`` (with ``shape``, A's: also the streamed ones where they may pay)."""
     if op != "spmm" or not variants_enabled():
         return []
     base = next((c for c in configs if is_plain_csr_spmm(c)), None)
     if base is None:
         return []
-    plain = {k: v for k, v in base.knobs.items() if k not in {**VECTOR_KNOBS, **SCHEDULE_KNOBS}}
+    kernel_only = {**VECTOR_KNOBS, **SCHEDULE_KNOBS, **STORE_KNOBS}
+    plain = {k: v for k, v in base.knobs.items() if k not in kernel_only}
     from cognate.targets.cpu.space import make_space
 
     space = make_space(op)
@@ -106,6 +124,8 @@ def vector_variants(op: str, width: int, configs: Sequence[Config]) -> list[tupl
         for tile in (own_tile, whole_row)
         for schedule in SCHEDULES
     ]
+    if shape is not None and streaming_may_pay(shape[0], width):
+        knobs += [{**plain, **tile, "stream": 1} for tile in (own_tile, whole_row)]
     for variant in knobs:
         config = space.validate(variant)
         if config.hash not in seen:
