@@ -31,9 +31,14 @@ training or validation (in-sample).
 
 Models (``--models``): gcn, sage (mean), gin (sum), sage-max, gat (GATConv, 4 heads of
 hidden / 4 channels concatenated, then 1 head), transformer (TransformerConv, the same
-heads). Beside each epoch: the aggregation's own time (forward + backward) per backend, the
-epoch minus the "dense" epoch (the same model on a graph without edges: its linear layers,
-loss, backward and Adam step, common to every backend).
+heads). Beside each epoch: the aggregation's own time, forward + backward. For GCN, SAGE,
+GIN and SAGE-max it is timed alone: the sparse aggregations one epoch makes are recorded
+(cognate's, the projection first included, and PyG's fused ``spmm`` on the CSR ``adj_t``),
+then replayed on fixed inputs of the same shapes, each backend in its own blocks after a
+pause (``alone``, PyG CSR / cognate). For the attention layers, whose aggregation is not one
+call: the epoch minus the "dense" epoch (the same model on a graph without edges: its linear
+layers, loss, backward and Adam step, common to every backend), where that exceeds the
+epoch's spread.
 
 ``--loader``: mini-batch training as NeighborLoader runs it (``--batch-size`` seeds,
 ``--fanout`` in-neighbours per hop; PyG's NeighborLoader, with its own sampler where pyg-lib
@@ -265,6 +270,9 @@ def one_model(kind: str, adjs: dict, x: torch.Tensor, y: torch.Tensor, args) -> 
     row["epoch_ms"] = {n: float(np.median(s)) * 1e3 for n, s in samples.items()}
     row["dense_ms"] = _dense_ms(base, x, y, args)
     row["aggregation_ms"] = {n: ms - row["dense_ms"] for n, ms in row["epoch_ms"].items()}
+    direct = _direct_aggregation_ms(kind, adjs, x, y, args)
+    if direct is not None:
+        row["aggregation_direct_ms"] = direct
     row["spread_ms"] = {n: [min(s) * 1e3, max(s) * 1e3] for n, s in samples.items()}
     fastest = min(PYG_BACKENDS, key=lambda n: row["epoch_ms"][n])
     cog = row["epoch_ms"]["cognate"]
@@ -273,6 +281,77 @@ def one_model(kind: str, adjs: dict, x: torch.Tensor, y: torch.Tensor, args) -> 
     saved = (row["epoch_ms"][fastest] - cog) / 1e3
     row["break_even_epochs"] = int(np.ceil(row["tune_s"] / saved)) if saved > 0 else None
     return row
+
+
+class _Recorder:
+    """The sparse aggregations one epoch makes (sum / mean / max / min models): cognate's
+    (``_Adjacency.spmm``, the patched path, the projection first included) and PyG's fused
+    ``spmm`` on a torch CSR ``adj_t`` (what the dispatcher hands to PyG), each as (call, input
+    shape, whether the input needs a gradient), to replay alone."""
+
+    def __init__(self) -> None:
+        import cognate.torch.pyg as front
+
+        self.front, self.calls = front, []
+        self.own, self.pyg = front._Adjacency.spmm, front._pyg_spmm
+
+    def __enter__(self) -> _Recorder:
+        own, pyg, calls = self.own, self.pyg, self.calls
+
+        def own_spmm(entry, x, reduce):
+            calls.append((lambda h: own(entry, h, reduce), tuple(x.shape), x.requires_grad))
+            return own(entry, x, reduce)
+
+        def pyg_spmm(src, x, reduce="sum"):
+            calls.append((lambda h: pyg(src, h, reduce), tuple(x.shape), x.requires_grad))
+            return pyg(src, x, reduce)
+
+        self.front._Adjacency.spmm, self.front._pyg_spmm = own_spmm, pyg_spmm
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.front._Adjacency.spmm, self.front._pyg_spmm = self.own, self.pyg
+
+
+def _direct_aggregation_ms(kind: str, adjs: dict, x, y, args) -> dict[str, float] | None:
+    """cognate's and PyG's CSR path's aggregations of one epoch timed alone, forward and
+    backward (the gradient only where the epoch needs it), each backend in its own blocks
+    after a pause: the calls one epoch makes, recorded, then replayed on fixed inputs (the
+    same shapes; the first layer's input needs no gradient). None for the attention layers,
+    whose aggregation is not one call."""
+    if kind in ("gat", "transformer"):
+        return None
+    base = make_model(kind, args)
+    replays = {}
+    for name in ("cognate", "csr"):
+        with _Recorder() as rec:
+            trainer(copy.deepcopy(base), x, y, adjs[name])()
+        if not rec.calls:
+            return None
+        gen = torch.Generator().manual_seed(args.seed)
+        inputs = [
+            (call, torch.randn(shape, generator=gen).requires_grad_(grad))
+            for call, shape, grad in rec.calls
+        ]
+
+        def replay(inputs=inputs) -> None:
+            for call, h in inputs:
+                out = call(h)
+                if out.requires_grad:
+                    out.backward(torch.ones_like(out))
+
+        replays[name] = replay
+    samples: dict[str, list[float]] = {name: [] for name in replays}
+    for r in range(args.rounds):
+        for name in list(replays)[r % 2 :] + list(replays)[: r % 2]:
+            time.sleep(args.pause)
+            for _ in range(args.warmup):
+                replays[name]()
+            for _ in range(args.epochs):
+                start = time.perf_counter()
+                replays[name]()
+                samples[name].append(time.perf_counter() - start)
+    return {name: float(np.median(t)) * 1e3 for name, t in samples.items()}
 
 
 def _dense_ms(base: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, args) -> float:
@@ -345,13 +424,24 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
                 f" {m['epoch_ms'][b]:7.1f} ({m['spread_ms'][b][1] - m['spread_ms'][b][0]:4.1f})"
                 for b in BACKENDS
             )
-            if "aggregation_ms" in m:  # runs before the aggregation column existed lack it
+            if "aggregation_ms" in m and "aggregation_direct_ms" not in m:
                 agg = m["aggregation_ms"]
                 fastest = agg[m["fastest_pyg"]]
+                spread = m["spread_ms"]["cognate"][1] - m["spread_ms"]["cognate"][0]
+                ratio = (  # epoch - dense: no ratio where cognate's part is inside its spread
+                    f"{fastest / agg['cognate']:.2f}x"
+                    if agg["cognate"] > spread
+                    else "cognate's part inside its epoch's spread"
+                )
                 cells += (
-                    f"  [aggregation: cognate {agg['cognate']:.1f} ms, {m['fastest_pyg']}"
-                    f" {fastest:.1f} ms, {fastest / max(agg['cognate'], 1e-9):.2f}x;"
-                    f" dense {m['dense_ms']:.1f} ms]"
+                    f"  [epoch - dense: cognate {agg['cognate']:.1f} ms, {m['fastest_pyg']}"
+                    f" {fastest:.1f} ms, {ratio}; dense {m['dense_ms']:.1f} ms]"
+                )
+            if "aggregation_direct_ms" in m:
+                d = m["aggregation_direct_ms"]
+                cells += (
+                    f"  [alone: cognate {d['cognate']:.2f} ms, csr {d['csr']:.2f} ms,"
+                    f" {d['csr'] / max(d['cognate'], 1e-9):.2f}x]"
                 )
             be = m["break_even_epochs"]
             print(
@@ -359,8 +449,10 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
                 f" {'never' if be is None else be:>10}  ({m['fastest_pyg']} fastest PyG)"
             )
     print(
-        "(per backend: median epoch ms and, in brackets, the max-min spread; aggregation ="
-        " epoch - dense, dense = the same epoch on a graph without edges)"
+        "(per backend: median epoch ms and, in brackets, the max-min spread; alone = the"
+        " epoch's aggregations replayed alone, forward + backward, cognate's against PyG's"
+        " CSR path; attention layers: epoch - dense, dense = the same epoch on a graph without"
+        " edges)"
     )
     for kind in args.models:
         good = [r for r in rows if r["models"].get(kind, {}).get("check") == "ok"]
@@ -377,6 +469,18 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
             for r in good
             if r["models"][kind].get("dense_ms")
         ]
+        alone = [
+            r["models"][kind]["aggregation_direct_ms"]
+            for r in good
+            if "aggregation_direct_ms" in r["models"][kind]
+        ]
+        if alone:
+            ratios_alone = [a["csr"] / a["cognate"] for a in alone]
+            print(
+                f"{kind}: aggregation alone (forward + backward, replayed), PyG csr / cognate:"
+                f" geomean {geomean(ratios_alone):.2f}x over {len(alone)} graphs"
+                f" (min {min(ratios_alone):.2f}x)"
+            )
         print(
             f"{kind}: cognate vs the fastest PyG cpu path per graph: geomean"
             f" {geomean(ratios):.2f}x over {len(ratios)} graphs (min {min(ratios):.2f}x, max"
