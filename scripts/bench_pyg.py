@@ -240,6 +240,23 @@ def grad_error(grads: list[torch.Tensor], want: list[torch.Tensor]) -> float:
     )
 
 
+def rotating_blocks(calls: dict[str, Callable], args) -> dict[str, list[float]]:
+    """Each call in its own block (``--warmup`` untimed, ``--epochs`` timed) after a pause,
+    the blocks' order rotating over ``--rounds`` rounds; the seconds of each timed call."""
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for r in range(args.rounds):
+        names = list(calls)[r % len(calls) :] + list(calls)[: r % len(calls)]
+        for name in names:
+            time.sleep(args.pause)
+            for _ in range(args.warmup):
+                calls[name]()
+            for _ in range(args.epochs):
+                start = time.perf_counter()
+                calls[name]()
+                samples[name].append(time.perf_counter() - start)
+    return samples
+
+
 def one_model(kind: str, adjs: dict, x: torch.Tensor, y: torch.Tensor, args) -> dict:
 
     base = make_model(kind, args)
@@ -256,17 +273,7 @@ def one_model(kind: str, adjs: dict, x: torch.Tensor, y: torch.Tensor, args) -> 
             row["check"] = f"mismatch: {name} differs from edge_index by {error:.1e}"
             return row
     row["check"] = "ok"
-    samples: dict[str, list[float]] = {name: [] for name in epochs}
-    for r in range(args.rounds):
-        names = list(epochs)[r % len(epochs) :] + list(epochs)[: r % len(epochs)]
-        for name in names:
-            time.sleep(args.pause)
-            for _ in range(args.warmup):
-                epochs[name]()
-            for _ in range(args.epochs):
-                start = time.perf_counter()
-                epochs[name]()
-                samples[name].append(time.perf_counter() - start)
+    samples = rotating_blocks(epochs, args)
     row["epoch_ms"] = {n: float(np.median(s)) * 1e3 for n, s in samples.items()}
     row["dense_ms"] = _dense_ms(base, x, y, args)
     row["aggregation_ms"] = {n: ms - row["dense_ms"] for n, ms in row["epoch_ms"].items()}
@@ -341,16 +348,7 @@ def _direct_aggregation_ms(kind: str, adjs: dict, x, y, args) -> dict[str, float
                     out.backward(torch.ones_like(out))
 
         replays[name] = replay
-    samples: dict[str, list[float]] = {name: [] for name in replays}
-    for r in range(args.rounds):
-        for name in list(replays)[r % 2 :] + list(replays)[: r % 2]:
-            time.sleep(args.pause)
-            for _ in range(args.warmup):
-                replays[name]()
-            for _ in range(args.epochs):
-                start = time.perf_counter()
-                replays[name]()
-                samples[name].append(time.perf_counter() - start)
+    samples = rotating_blocks(replays, args)
     return {name: float(np.median(t)) * 1e3 for name, t in samples.items()}
 
 
