@@ -277,7 +277,7 @@ def one_model(kind: str, adjs: dict, x: torch.Tensor, y: torch.Tensor, args) -> 
     row["epoch_ms"] = {n: float(np.median(s)) * 1e3 for n, s in samples.items()}
     row["dense_ms"] = _dense_ms(base, x, y, args)
     row["aggregation_ms"] = {n: ms - row["dense_ms"] for n, ms in row["epoch_ms"].items()}
-    direct = _direct_aggregation_ms(kind, adjs, x, y, args)
+    direct = _direct_aggregation_ms(kind, base, adjs, x, y, args)
     if direct is not None:
         row["aggregation_direct_ms"] = direct
     row["spread_ms"] = {n: [min(s) * 1e3, max(s) * 1e3] for n, s in samples.items()}
@@ -320,7 +320,9 @@ class _Recorder:
         self.front._Adjacency.spmm, self.front._pyg_spmm = self.own, self.pyg
 
 
-def _direct_aggregation_ms(kind: str, adjs: dict, x, y, args) -> dict[str, float] | None:
+def _direct_aggregation_ms(
+    kind: str, base: torch.nn.Module, adjs: dict, x, y, args
+) -> dict[str, float] | None:
     """cognate's and PyG's CSR path's aggregations of one epoch timed alone, forward and
     backward (the gradient only where the epoch needs it), each backend in its own blocks
     after a pause: the calls one epoch makes, recorded, then replayed on fixed inputs (the
@@ -328,7 +330,6 @@ def _direct_aggregation_ms(kind: str, adjs: dict, x, y, args) -> dict[str, float
     whose aggregation is not one call."""
     if kind in ("gat", "transformer"):
         return None
-    base = make_model(kind, args)
     replays = {}
     for name in ("cognate", "csr"):
         with _Recorder() as rec:

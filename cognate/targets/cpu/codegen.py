@@ -136,6 +136,10 @@ class Schedule:
 STORE_KNOBS: dict[str, tuple[int, ...]] = {"stream": (0, 1)}
 
 
+# Knobs that change the plain CSR SpMM kernel's code only, never A's packed layout.
+KERNEL_ONLY_KNOBS: frozenset[str] = frozenset({*VECTOR_KNOBS, *SCHEDULE_KNOBS, *STORE_KNOBS})
+
+
 def stream_of(knobs: Mapping[str, Any]) -> int:
     """The config's ``stream`` knob, checked against its whitelist (0 when absent)."""
     values = _knob_group(knobs, STORE_KNOBS, "store")

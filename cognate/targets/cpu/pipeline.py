@@ -44,10 +44,9 @@ def knobs_of(config: Config | Mapping[str, Any]) -> Mapping[str, Any]:
 def layout_key(knobs: Mapping[str, Any]) -> tuple:
     """What decides a config's packed A: every knob but the kernel-only ones (vector width,
     register tile, thread schedule, C's stores), which change the compiled code only."""
-    from cognate.targets.cpu.codegen import SCHEDULE_KNOBS, STORE_KNOBS, VECTOR_KNOBS
+    from cognate.targets.cpu.codegen import KERNEL_ONLY_KNOBS
 
-    kernel_only = {**VECTOR_KNOBS, **SCHEDULE_KNOBS, **STORE_KNOBS}
-    return tuple(sorted((k, str(v)) for k, v in knobs.items() if k not in kernel_only))
+    return tuple(sorted((k, str(v)) for k, v in knobs.items() if k not in KERNEL_ONLY_KNOBS))
 
 
 def pack(

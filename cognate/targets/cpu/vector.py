@@ -30,8 +30,7 @@ from cognate.config import Config
 from cognate.hostid import host_profile
 from cognate.targets.cpu.codegen import (
     DEFAULT_VECTOR,
-    SCHEDULE_KNOBS,
-    STORE_KNOBS,
+    KERNEL_ONLY_KNOBS,
     VECTOR_KNOBS,
     Schedule,
     VectorTile,
@@ -104,8 +103,7 @@ def vector_variants(
     base = next((c for c in configs if is_plain_csr_spmm(c)), None)
     if base is None:
         return []
-    kernel_only = {**VECTOR_KNOBS, **SCHEDULE_KNOBS, **STORE_KNOBS}
-    plain = {k: v for k, v in base.knobs.items() if k not in kernel_only}
+    plain = {k: v for k, v in base.knobs.items() if k not in KERNEL_ONLY_KNOBS}
     from cognate.targets.cpu.space import make_space
 
     space = make_space(op)
