@@ -51,6 +51,7 @@ def tune(
     threads: int | None = None,
     record: str | Path | None = None,
     announce: Callable[[str], None] | None = None,
+    bf16: bool = False,
 ) -> TuneResult:
     """Rank schedules of ``op`` on ``target`` for ``matrix`` with a cost model.
 
@@ -70,6 +71,10 @@ def tune(
     docs/evaluation/hosts.md): then it is the baseline.
     ``record``: a record store (SQLite file) to keep the verified measurements in.
     ``announce``: called with one line as each long step starts (ranking, verifying).
+    ``bf16`` (cpu SpMM with ``verify``, opt-in): also time the pick's plain CSR kernel with B
+    rounded to bfloat16 at each call (float32 sums: about 2^-9 relative error per B element;
+    half of B's bytes moved), checked against scipy on the rounded B; ``result.best`` may
+    then be such a kernel (its description says "B as bf16").
     The result holds the top-k (``result.candidates``), the chosen ``result.config`` and, on
     cpu, ``result.kernel(B, out=None)`` (SpMM) / ``result.kernel(X, Y, out=None)`` (SDDMM)
     running that schedule without copying float32 C-contiguous operands.
@@ -87,6 +92,7 @@ def tune(
         cover_families=cover_families,
         threads=threads,
         announce=announce,
+        bf16=bf16,
     )
     if record is not None and result.verified:
         record_verified(result, record)

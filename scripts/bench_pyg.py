@@ -320,37 +320,125 @@ class _Recorder:
         self.front._Adjacency.spmm, self.front._pyg_spmm = self.own, self.pyg
 
 
+class _AttentionRecorder:
+    """The attention aggregations one epoch makes (GAT, TransformerConv), after the
+    projections: cognate's (``gat_attention`` / ``dot_attention``: the edges' scores, their
+    softmax per target and the weighted SpMM) and PyG's (GATConv's ``edge_updater`` then
+    ``propagate``, TransformerConv's ``propagate``, on the edge list PyG built, its self
+    loops added), each as (call, [(input shape, whether it needs a gradient)]), to replay
+    alone."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        from cognate.torch.pyg import attention
+
+        self.attention, self.model, self.calls = attention, model, []
+        self.own = {name: getattr(attention, name) for name in ("gat_attention", "dot_attention")}
+
+    def __enter__(self) -> _AttentionRecorder:
+        from torch_geometric.nn import GATConv, TransformerConv
+
+        for name, own in self.own.items():
+            setattr(self.attention, name, self._own(own))
+        for layer in self.model.modules():
+            if isinstance(layer, GATConv):
+                self._pyg_gat(layer)
+            elif isinstance(layer, TransformerConv):
+                self._pyg_transformer(layer)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for name, own in self.own.items():
+            setattr(self.attention, name, own)
+
+    @staticmethod
+    def _shapes(*tensors: torch.Tensor) -> list[tuple[tuple[int, ...], bool]]:
+        return [(tuple(t.shape), t.requires_grad) for t in tensors]
+
+    def _own(self, own: Callable) -> Callable:
+        def run(p, layer, *tensors):
+            self.calls.append((lambda *t: own(p, layer, *t), self._shapes(*tensors)))
+            return own(p, layer, *tensors)
+
+        return run
+
+    def _pyg_gat(self, layer) -> None:
+        update, propagate, scores = layer.edge_updater, layer.propagate, {}
+
+        def edge_updater(edge_index, alpha, edge_attr=None, size=None):
+            scores["shapes"] = self._shapes(*alpha)
+            return update(edge_index, alpha=alpha, edge_attr=edge_attr, size=size)
+
+        def recorded(edge_index, x, alpha, size=None):
+            def replay(a_src, a_dst, x_src, edge_index=edge_index):
+                att = update(edge_index, alpha=(a_src, a_dst), edge_attr=None, size=None)
+                return propagate(edge_index, x=(x_src, x_src), alpha=att, size=None)
+
+            self.calls.append((replay, [*scores["shapes"], *self._shapes(x[0])]))
+            return propagate(edge_index, x=x, alpha=alpha, size=size)
+
+        layer.edge_updater, layer.propagate = edge_updater, recorded
+
+    def _pyg_transformer(self, layer) -> None:
+        propagate = layer.propagate
+
+        def recorded(edge_index, query, key, value, edge_attr=None, size=None):
+            def replay(q, k, v, edge_index=edge_index):
+                return propagate(edge_index, query=q, key=k, value=v, edge_attr=None, size=None)
+
+            self.calls.append((replay, self._shapes(query, key, value)))
+            return propagate(
+                edge_index, query=query, key=key, value=value, edge_attr=edge_attr, size=size
+            )
+
+        layer.propagate = recorded
+
+
 def _direct_aggregation_ms(
     kind: str, base: torch.nn.Module, adjs: dict, x, y, args
 ) -> dict[str, float] | None:
-    """cognate's and PyG's CSR path's aggregations of one epoch timed alone, forward and
-    backward (the gradient only where the epoch needs it), each backend in its own blocks
-    after a pause: the calls one epoch makes, recorded, then replayed on fixed inputs (the
-    same shapes; the first layer's input needs no gradient). None for the attention layers,
-    whose aggregation is not one call."""
-    if kind in ("gat", "transformer"):
-        return None
+    """cognate's and PyG's aggregations of one epoch timed alone, forward and backward (the
+    gradient only where the epoch needs it), each backend in its own blocks after a pause:
+    the calls one epoch makes, recorded, then replayed on fixed inputs of the same shapes.
+    Sum / mean / max / min: PyG's CSR path (its fastest here); attention: the scores,
+    softmax and weighted SpMM after the projections, PyG on its edge list and on the CSR
+    ``adj_t`` (attention runs PyG's gather / scatter on both)."""
+    attention = kind in ("gat", "transformer")
     replays = {}
-    for name in ("cognate", "csr"):
-        with _Recorder() as rec:
-            trainer(copy.deepcopy(base), x, y, adjs[name])()
+    for name in ("cognate", "edge_index", "csr") if attention else ("cognate", "csr"):
+        model = copy.deepcopy(base)
+        recorder = _AttentionRecorder(model) if attention else _Recorder()
+        with recorder as rec:
+            trainer(model, x, y, adjs[name])()
         if not rec.calls:
             return None
         gen = torch.Generator().manual_seed(args.seed)
         inputs = [
-            (call, torch.randn(shape, generator=gen).requires_grad_(grad))
-            for call, shape, grad in rec.calls
+            (call, [torch.randn(shape, generator=gen).requires_grad_(grad) for shape, grad in ins])
+            for call, ins in (_as_inputs(c) for c in rec.calls)
         ]
 
         def replay(inputs=inputs) -> None:
-            for call, h in inputs:
-                out = call(h)
+            for call, tensors in inputs:
+                out = call(*tensors)
                 if out.requires_grad:
                     out.backward(torch.ones_like(out))
 
         replays[name] = replay
     samples = rotating_blocks(replays, args)
     return {name: float(np.median(t)) * 1e3 for name, t in samples.items()}
+
+
+def _as_inputs(recorded: tuple) -> tuple[Callable, list]:
+    """(call, [(shape, grad)]) of a recorded call: _Recorder's (call, shape, grad) too."""
+    if len(recorded) == 3:
+        call, shape, grad = recorded
+        return call, [(shape, grad)]
+    return recorded
+
+
+def _fastest_pyg_alone(direct: dict[str, float]) -> str:
+    """The PyG backend whose replayed aggregation ran fastest."""
+    return min((name for name in direct if name != "cognate"), key=direct.get)
 
 
 def _dense_ms(base: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, args) -> float:
@@ -423,7 +511,7 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
                 f" {m['epoch_ms'][b]:7.1f} ({m['spread_ms'][b][1] - m['spread_ms'][b][0]:4.1f})"
                 for b in BACKENDS
             )
-            if "aggregation_ms" in m and "aggregation_direct_ms" not in m:
+            if "aggregation_ms" in m and "aggregation_direct_ms" not in m:  # older files
                 agg = m["aggregation_ms"]
                 fastest = agg[m["fastest_pyg"]]
                 spread = m["spread_ms"]["cognate"][1] - m["spread_ms"]["cognate"][0]
@@ -438,9 +526,10 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
                 )
             if "aggregation_direct_ms" in m:
                 d = m["aggregation_direct_ms"]
+                pyg = _fastest_pyg_alone(d)
                 cells += (
-                    f"  [alone: cognate {d['cognate']:.2f} ms, csr {d['csr']:.2f} ms,"
-                    f" {d['csr'] / max(d['cognate'], 1e-9):.2f}x]"
+                    f"  [alone: cognate {d['cognate']:.2f} ms, {pyg} {d[pyg]:.2f} ms,"
+                    f" {d[pyg] / max(d['cognate'], 1e-9):.2f}x]"
                 )
             be = m["break_even_epochs"]
             print(
@@ -450,8 +539,8 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
     print(
         "(per backend: median epoch ms and, in brackets, the max-min spread; alone = the"
         " epoch's aggregations replayed alone, forward + backward, cognate's against PyG's"
-        " CSR path; attention layers: epoch - dense, dense = the same epoch on a graph without"
-        " edges)"
+        " fastest (attention: the scores, softmax and weighted SpMM after the projections);"
+        " dense = the same epoch on a graph without edges)"
     )
     for kind in args.models:
         good = [r for r in rows if r["models"].get(kind, {}).get("check") == "ok"]
@@ -474,9 +563,9 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
             if "aggregation_direct_ms" in r["models"][kind]
         ]
         if alone:
-            ratios_alone = [a["csr"] / a["cognate"] for a in alone]
+            ratios_alone = [a[_fastest_pyg_alone(a)] / a["cognate"] for a in alone]
             print(
-                f"{kind}: aggregation alone (forward + backward, replayed), PyG csr / cognate:"
+                f"{kind}: aggregation alone (forward + backward, replayed), fastest PyG / cognate:"
                 f" geomean {geomean(ratios_alone):.2f}x over {len(alone)} graphs"
                 f" (min {min(ratios_alone):.2f}x)"
             )

@@ -25,6 +25,7 @@ and torch write into preallocated outputs too).
     python scripts/bench_structured.py --shapes 768x768 --kinds kdiag --widths 128
     python scripts/bench_structured.py --full                # every sparsity 60..99%
     COGNATE_MKL_INTEL_PATH=1 python scripts/bench_structured.py ...  # MKL's Intel code path
+    python scripts/bench_structured.py --bf16 ...            # + the opt-in bf16 pick (B as bfloat16)
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import argparse
 import sys
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from cognate.timing import early_threads, time_interleaved
 
@@ -50,7 +51,12 @@ from cognate.errors import CognateError  # noqa: E402
 from cognate.matrix import Matrix  # noqa: E402
 from cognate.synth import LAYER_SHAPES, LAYER_SPARSITIES, STRUCTURED_KINDS, generate  # noqa: E402
 from cognate.targets.cpu.measure import library  # noqa: E402
-from cognate.targets.cpu.measure.check import dense_operands, mismatch, reference  # noqa: E402
+from cognate.targets.cpu.measure.check import (  # noqa: E402
+    dense_operands,
+    mismatch,
+    reference,
+    round_bf16,
+)
 from cognate.targets.cpu.measure.runner import CpuRunner  # noqa: E402
 from cognate.targets.cpu.pipeline import prepare_kernel  # noqa: E402
 from cognate.targets.cpu.space import make_space  # noqa: E402
@@ -110,7 +116,10 @@ class Searcher:
         self.args = args
         self.model_problem: str | None = None if args.search != "sample" else "--search sample"
 
-    def best(self, matrix: Matrix, width: int, b: np.ndarray) -> tuple[Config, str]:
+    def best(self, matrix: Matrix, width: int, b: np.ndarray) -> tuple[Config, str, Config | None]:
+        """The tuned config, how it was found, and with ``--bf16`` the pick of
+        ``tune(..., bf16=True)`` (the float32 pick is the same rule over the float32 configs
+        of that run)."""
         if self.model_problem is None:
             import cognate
 
@@ -123,14 +132,18 @@ class Searcher:
                     top_k=self.args.top_k,
                     verify=True,
                     model=self.args.model,
+                    bf16=self.args.bf16,
                 )
-                return result.config, "model"
+                if not self.args.bf16:
+                    return result.config, "model", None
+                float32 = [c for c in result.candidates if not c.config.knobs.get("bf16")]
+                return replace(result, candidates=float32).config, "model", result.config
             except CognateError as exc:
                 if self.args.search == "model":
                     raise
                 self.model_problem = str(exc)
                 console.print(f"[yellow]no usable model ({exc}); sampling configs instead")
-        return self._sampled(matrix, width, b), f"sampled {self.args.sample}"
+        return self._sampled(matrix, width, b), f"sampled {self.args.sample}", None
 
     def _sampled(self, matrix: Matrix, width: int, b: np.ndarray) -> Config:
         """The fastest of ``--sample`` seeded configs: the runner's top 3 re-timed here."""
@@ -160,7 +173,7 @@ def bench(matrix: Matrix, workload: Workload, width: int, searcher: Searcher, ar
     ref, tol = reference(csr, "spmm", (b,))
     space = make_space("spmm")
     baseline = prepare_kernel(matrix, "spmm", space.baseline(matrix.shape), b)
-    config, search = searcher.best(matrix, width, b)
+    config, search, opted = searcher.best(matrix, width, b)
     tuned = prepare_kernel(matrix, "spmm", config, b)
     dense_w, dense_b = torch.from_numpy(csr.toarray()), torch.from_numpy(b)
     dense_out = torch.empty((csr.shape[0], width), dtype=torch.float32)
@@ -171,21 +184,31 @@ def bench(matrix: Matrix, workload: Workload, width: int, searcher: Searcher, ar
         "base": baseline,
         "tuned": tuned,
     }
+    if opted is not None:
+        impls["bf16"] = prepare_kernel(matrix, "spmm", opted, b)
     for text in args.dia:
         try:
             impls[f"dia {text}"] = prepare_kernel(matrix, "spmm", dia_knobs(text), b)
         except CognateError as exc:  # e.g. too_large on a matrix without diagonals
             console.print(f"{workload.label}: DIA {text}: {exc}", markup=False)
     results = {"dense": lambda: dense_out.numpy(), "mkl": mkl.result}
+    notes = []
     for name, fn in impls.items():  # every result checked before a timing counts
         fn()
         result = results[name]() if name in results else fn.result()
-        problem = mismatch(result, ref, tol)
+        if name == "bf16" and opted.knobs.get("bf16"):  # on the rounded B, its error stated
+            problem = mismatch(result, *reference(csr, "spmm", (round_bf16(b),)))
+            error = np.abs(result - ref).max() / np.abs(ref).max()
+            notes.append(f"bf16 max error / max |C| {error:.1e}")
+        else:
+            problem = mismatch(result, ref, tol)
         if problem is not None:
             raise SystemExit(f"{workload.label} N={width}: {name}: {problem}")
     timed = time_interleaved(impls, args.rounds, budget_s=ROUND_BUDGET_S, threads=THREADS)
-    notes = [timed.load.line()] if timed.load.busy else []
+    notes += [timed.load.line()] if timed.load.busy else []
     times = {k: v for k, v in timed.seconds.items() if not k.startswith("dia ")}
+    if opted is not None:
+        notes.append(f"--bf16 pick: {config_text(dict(opted.knobs))}")
     dias = {k[4:]: v for k, v in timed.seconds.items() if k.startswith("dia ")}
     best = min(dias, key=dias.get) if dias else "-"
     times["dia"] = dias[best] if dias else float("nan")
@@ -225,8 +248,13 @@ def table(rows: list[Row]) -> Table:
     out = Table(title=title)
     for name in ("workload", "nnz", "N", "MKL", "base", "DIA", "tuned", "dense"):
         out.add_column(name, justify="left" if name == "workload" else "right")
+    bf16 = any("bf16" in r.times for r in rows)
+    if bf16:
+        out.add_column("tuned --bf16", justify="right")
     for name in ("tuned vs MKL", "DIA vs MKL", "DIA vs base", "base vs MKL", "perm keeps"):
         out.add_column(name, justify="right")
+    if bf16:
+        out.add_column("--bf16 vs MKL", justify="right")
     out.add_column("DIA rtile x jtile")
     out.add_column("search")
     out.add_column("tuned config")
@@ -240,11 +268,13 @@ def table(rows: list[Row]) -> Table:
             str(r.nnz),
             str(r.width),
             *(f"{t[k] * 1e3:.3f}" for k in ("mkl", "base", "dia", "tuned", "dense")),
+            *([f"{t['bf16'] * 1e3:.3f}" if "bf16" in t else "-"] if bf16 else []),
             f"{t['mkl'] / t['tuned']:.2f}x",
             f"{t['mkl'] / t['dia']:.2f}x",
             f"{t['base'] / t['dia']:.2f}x",
             f"{t['mkl'] / t['base']:.2f}x",
             keep,
+            *([f"{t['mkl'] / t['bf16']:.2f}x" if "bf16" in t else "-"] if bf16 else []),
             r.dia,
             r.search,
             config_text(r.config),
@@ -286,6 +316,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--search", choices=("auto", "model", "sample"), default="auto")
     parser.add_argument("--sample", type=int, default=24, help="configs sampled without a model")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--bf16",
+        action="store_true",
+        help="also tune with bf16=True (B read as bfloat16, opt-in) and time its pick in a "
+        "column of its own, checked on the rounded B, its error against float32 printed",
+    )
     return parser.parse_args(argv)
 
 
@@ -304,7 +340,8 @@ def main() -> None:
                 f"{workload.label} N={width}: dense {t['dense'] * 1e3:.3f} mkl "
                 f"{t['mkl'] * 1e3:.3f} base {t['base'] * 1e3:.3f} dia {t['dia'] * 1e3:.3f}"
                 f" ({row.dia}) tuned {t['tuned'] * 1e3:.3f} ms"
-                f" ({row.rounds} rounds, mkl-ie {library.mkl_code_path()} path,"
+                + (f" tuned --bf16 {t['bf16'] * 1e3:.3f} ms" if "bf16" in t else "")
+                + f" ({row.rounds} rounds, mkl-ie {library.mkl_code_path()} path,"
                 f" {row.search}: {config_text(row.config)})"
                 + "".join(f" [{note}]" for note in row.notes),
                 markup=False,

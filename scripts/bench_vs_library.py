@@ -45,6 +45,12 @@ busy machine is flagged (timings taken under load rank by what ran beside them).
     python scripts/bench_vs_library.py --threads 2 --widths 32 128 512 --ngraph --min-nnz 10000 \
         --graphs 100000 1000000 5000000                      # + real and generated graphs
     python scripts/bench_vs_library.py --threads 2 --op sddmm --widths 32 128
+    python scripts/bench_vs_library.py --threads 2 --widths 128 --bf16   # + the opt-in bf16 pick
+
+With ``--bf16`` the tune runs with ``bf16=True`` (B read as bfloat16, opt-in): the tuned
+column stays the float32 pick (the same rule over that run's float32 configs), and the pick
+with bf16 allowed is timed in a column of its own (Intel-path column too), checked against
+scipy on the rounded B, its error against the float32 result printed.
 """
 
 from __future__ import annotations
@@ -183,6 +189,13 @@ def main() -> None:
     parser.add_argument("--candidates", type=int, default=20_000)
     parser.add_argument("--threads", type=int, default=0, help="0: every core")
     parser.add_argument("--op", choices=("spmm", "sddmm"), default="spmm")
+    parser.add_argument(
+        "--bf16",
+        action="store_true",
+        help="also tune with bf16=True (opt-in: B read as bfloat16) and time that pick in a "
+        "column of its own (checked on the rounded B, its error against float32 printed); "
+        "the tuned column stays the float32 pick",
+    )
     args = parser.parse_args()
     threads = args.threads or len(os.sched_getaffinity(0))
     if args.quick:
@@ -289,6 +302,17 @@ def summary(rows: list[dict], passive: dict, widths: list[int], op: str = "spmm"
         picks = [r["vector"] for r in rows if r["width"] == width]
         shares = {v: picks.count(v) for v in sorted(set(picks))}
         line += "; picks: " + ", ".join(f"{v} {n}/{len(picks)}" for v, n in shares.items())
+        opted = [r["mkl/bf16"] for r in rows if r["width"] == width and r.get("mkl/bf16")]
+        if opted:
+            errors = [
+                r["bf16_error"]
+                for r in rows
+                if r["width"] == width and (r.get("bf16_knobs") or {}).get("bf16")
+            ]
+            line += (
+                f"; --bf16 pick (B as bfloat16, opt-in) {geomean(opted):.3f}x"
+                f" (largest error / max |C| {max(errors, default=0.0):.1e})"
+            )
         pas = [passive[k] for k in passive if k.endswith(f":{width}")]
         if pas:
             line += f"; passive waits (separate column) {geomean(pas):.3f}x over {len(pas)}"
@@ -327,6 +351,11 @@ def intel_summary(rows: list[dict], intel: dict[str, dict], widths: list[int]) -
                 f"  {row['matrix'][:27]:<28}N={row['width']:<5}mkl {found['mkl_ms']:.3f} ms"
                 f"  tuned {found['tuned_ms']:.3f} ms  mkl/tuned {found['ratio']:.3f}"
                 f"  path {found['path']}"
+                + (
+                    f"  --bf16 {found['bf16_ms']:.3f} ms  mkl/bf16 {found['bf16_ratio']:.3f}"
+                    if "bf16_ratio" in found
+                    else ""
+                )
             )
     for width in widths:
         found = [v for k, v in intel.items() if k.endswith(f":{width}")]
@@ -347,13 +376,19 @@ def intel_summary(rows: list[dict], intel: dict[str, dict], widths: list[int]) -
         if out:
             line += f"; out-of-sample {geomean(out):.3f}x over {len(out)} (min {min(out):.3f}x)"
         print(line)
+        opted = [v["bf16_ratio"] for v in found if "bf16_ratio" in v]
+        if opted:
+            print(
+                f"N={width}: --bf16 pick (B as bfloat16, opt-in) vs {INTEL_PATH_LABEL}"
+                f" geomean {geomean(opted):.3f}x over {len(opted)} (min {min(opted):.3f}x)"
+            )
 
 
 def child_column(rows: list[dict], threads: int, flag: str, env: dict[str, str]) -> dict:
     """Per (matrix, width), the same picks against MKL in a child process run with ``env``
     (an OpenMP wait policy or MKL's code path is fixed when the runtime loads): this script
     again with ``flag``, without tuning."""
-    picks = [{k: r[k] for k in ("matrix", "width", "knobs")} for r in rows]
+    picks = [{k: r.get(k) for k in ("matrix", "width", "knobs", "bf16_knobs")} for r in rows]
     with tempfile.TemporaryDirectory(prefix="cognate-bench-") as tmp:
         picks_path, out = Path(tmp) / "picks.json", Path(tmp) / "passive.json"
         picks_path.write_text(json.dumps(picks))
@@ -377,17 +412,19 @@ def child_rows(args: argparse.Namespace, threads: int, blocks: bool) -> None:
     from cognate.config import Config
     from cognate.targets.cpu.tuned import ScheduleKernel
 
-    picks = {(p["matrix"], p["width"]): p["knobs"] for p in json.loads(args.picks.read_text())}
+    picks = {(p["matrix"], p["width"]): p for p in json.loads(args.picks.read_text())}
     found: dict[str, Any] = {}
     for matrix in matrices(args):
         for width in args.widths:
-            knobs = picks.get((matrix.name, width))
-            if knobs is None:
+            pick = picks.get((matrix.name, width))
+            if pick is None:
                 continue
-            kernel = ScheduleKernel(matrix, "spmm", Config("cpu", "spmm", knobs))
+            kernel = ScheduleKernel(matrix, "spmm", Config("cpu", "spmm", pick["knobs"]))
             b = np.random.default_rng(0).uniform(-1, 1, (matrix.shape[1], width))
             b = b.astype(np.float32)
             prepared, missing, _ = calls(matrix, kernel, b, threads, libraries=("mkl",))
+            if pick.get("bf16_knobs") and blocks:
+                add_bf16(matrix, Config("cpu", "spmm", pick["bf16_knobs"]), b, prepared, missing)
             if "tuned" not in prepared or "mkl" not in prepared:
                 continue
             key = f"{matrix.name}:{width}"
@@ -401,6 +438,9 @@ def child_rows(args: argparse.Namespace, threads: int, blocks: bool) -> None:
                 "ratio": mkl / tuned, "mkl_ms": mkl * 1e3, "tuned_ms": tuned * 1e3,
                 "path": library.mkl_code_path(),
             }  # fmt: skip
+            if "bf16" in timed:
+                found[key]["bf16_ms"] = timed["bf16"].median * 1e3
+                found[key]["bf16_ratio"] = mkl / timed["bf16"].median
     args.json.write_text(json.dumps(found))
 
 
@@ -408,10 +448,14 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
     """Tune, check and time one (matrix, width); print its row and return it."""
     result = cognate.tune(
         matrix, width=width, top_k=args.top_k, verify=True, candidates=args.candidates,
-        threads=threads,
+        threads=threads, bf16=args.bf16,
     )  # fmt: skip
+    opted = result if args.bf16 else None
+    if opted is not None:  # the float32 pick: the same rule over the float32 configs
+        result = float32_result(result)
     b = np.random.default_rng(0).uniform(-1, 1, (matrix.shape[1], width)).astype(np.float32)
     prepared, missing, inspect_s = calls(matrix, result.kernel, b, threads)
+    bf16_error = add_bf16(matrix, opted.config, b, prepared, missing) if opted else None
     before = before_pick(result)
     if before is not None:  # what the tuner picked before the vector knobs: timed alike
         add_before(matrix, before, b, prepared, missing)
@@ -444,6 +488,12 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
         f"{il_ratio or float('nan'):>8.3f}{mkl_before:>9.3f}"
         f"{inspect_s * 1e3:>12.2f}  {model_data(matrix.name):<11}{vec:>9} {pick.strip()}"
         + (f"  [{load.line()}]" if load.busy else "")
+        + (
+            f"  [--bf16 {ms('bf16')} ms, mkl/bf16 {med['mkl'] / med['bf16']:.3f},"
+            f" error {bf16_error:.1e}{'' if opted.config.knobs.get('bf16') else ', a float32 pick'}]"
+            if opted is not None and "bf16" in med and "mkl" in med
+            else ""
+        )
     )
     return {
         "matrix": matrix.name, "nnz": matrix.nnz, "width": width, "seconds": med,
@@ -455,6 +505,9 @@ def bench_one(matrix: Matrix, width: int, threads: int, args, stream: float) -> 
         "mkl/before": mkl_before if "mkl" in med else None,
         "model_data": model_data(matrix.name),
         "busy": load.busy,
+        "bf16_knobs": dict(opted.config.knobs) if opted is not None else None,
+        "mkl/bf16": med["mkl"] / med["bf16"] if "mkl" in med and "bf16" in med else None,
+        "bf16_error": bf16_error,
     }  # fmt: skip
 
 
@@ -486,6 +539,32 @@ def before_pick(result):
         return None
     config = replace(result, candidates=plain, _kernel=None).config
     return None if config.hash == result.config.hash else config
+
+
+def float32_result(result):
+    """``result`` without its bfloat16 candidates: its pick is what the same tune without
+    ``bf16`` would have kept."""
+    from dataclasses import replace
+
+    plain = [c for c in result.candidates if not c.config.knobs.get("bf16")]
+    return replace(result, candidates=plain, _kernel=None)
+
+
+def add_bf16(matrix: Matrix, config, b: np.ndarray, prepared: dict, missing: dict) -> float:
+    """The ``bf16`` call: the pick of ``tune(..., bf16=True)`` as users call it, checked
+    against scipy on B rounded to bfloat16 where it reads B so; its largest error against
+    the float32 result, relative to the largest |C|."""
+    from cognate.targets.cpu.measure.check import round_bf16
+    from cognate.targets.cpu.tuned import ScheduleKernel
+
+    kernel = ScheduleKernel(matrix, "spmm", config)
+    c = kernel(b)
+    rounded = round_bf16(b) if config.knobs.get("bf16") else b
+    call = {"bf16": lambda: kernel(b, out=c)}
+    drop_wrong(call, {"bf16": lambda: c}, reference(matrix.csr, "spmm", (rounded,)), missing)
+    prepared.update(call)
+    exact = reference(matrix.csr, "spmm", (b,))[0]
+    return float(np.abs(c - exact).max() / max(np.abs(exact).max(), 1e-30))
 
 
 def add_before(matrix: Matrix, config, b: np.ndarray, prepared: dict, missing: dict) -> None:

@@ -25,6 +25,7 @@ load is read before the peaks and each row; a busy machine is flagged on the lin
     python scripts/roofline.py --quick                          # one small matrix, N=32
     python scripts/roofline.py --widths 32 128 512 --min-nnz 10000 --graphs 100000 1000000 \\
         --json roofline.json                                    # the table (quiet machine)
+    python scripts/roofline.py --widths 128 --layers kdiag:3072x768:0.9   # an NN layer
 """
 
 from __future__ import annotations
@@ -60,6 +61,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--graphs", type=int, nargs="*", default=[], help="generated graphs of these nnz"
     )
+    parser.add_argument(
+        "--layers", type=parse_layer, nargs="*", default=[], metavar="KIND:ROWSxCOLS[:SPARSITY]",
+        help="structured NN layers (cognate.synth, seed 0, as bench_structured.py), e.g."
+        " kdiag:3072x768:0.9",
+    )  # fmt: skip
     parser.add_argument("--widths", type=int, nargs="+", help="dense widths N (32 128 512)")
     parser.add_argument("--rounds", type=int, default=7, help="block-timing rounds per row")
     parser.add_argument("--top-k", type=int, default=5)
@@ -87,11 +93,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def parse_layer(text: str) -> tuple[str, int, int, float]:
+    """KIND:ROWSxCOLS[:SPARSITY] (sparsity 0.9 when left out)."""
+    from cognate.synth import STRUCTURED_KINDS
+
+    kind, _, rest = text.partition(":")
+    shape, _, sparsity = rest.partition(":")
+    rows, _, cols = shape.lower().partition("x")
+    try:
+        layer = (kind, int(rows), int(cols), float(sparsity or 0.9))
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"a layer looks like kdiag:3072x768:0.9, got {text!r}"
+        ) from None
+    if kind not in STRUCTURED_KINDS:
+        raise argparse.ArgumentTypeError(f"layer kind {kind!r}: one of {STRUCTURED_KINDS}")
+    return layer
+
+
 def matrices(args: argparse.Namespace) -> list:
     if args.quick:
         return [quick_matrix()]
-    found = shared_matrices(args.min_nnz, args.ngraph, args.matrices)
-    return found + generated_graphs(args.graphs)
+    from cognate.synth import generate
+
+    found = (
+        shared_matrices(args.min_nnz, args.ngraph, args.matrices)
+        if args.matrices or not args.layers
+        else []
+    )
+    layers = [
+        generate(kind, rows, cols, sparsity=sparsity, seed=0)
+        for kind, rows, cols, sparsity in args.layers
+    ]
+    return found + generated_graphs(args.graphs) + layers
 
 
 def main(argv: list[str] | None = None) -> None:

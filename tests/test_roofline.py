@@ -305,3 +305,17 @@ def test_script_quick_row_with_the_baseline_and_mkl(tmp_path, shared) -> None:
     assert row["width"] == 8 and row["binding"] in roofline.TERMS
     assert row["limit_s"] > 0 and "baseline" in row["seconds"]
     assert "N=8: achieved / limit geomean" in done.stdout
+
+
+def test_script_row_of_a_structured_layer(tmp_path) -> None:
+    out = tmp_path / "layer.json"
+    args = [
+        "--layers", "kdiag:384x96:0.9", "--widths", "16", "--rounds", "1", "--no-tune",
+        "--probe-seconds", "0.002", "--probe-repeats", "1", "--json", str(out),
+    ]  # fmt: skip
+    done = run_script(args, tmp_path)
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads(out.read_text())["rows"]  # the layer alone: no shared matrix
+    assert row["matrix"].startswith("kdiag") and row["nnz"] > 0 and row["limit_s"] > 0
+    bad = run_script(["--layers", "kdiag:3072by768", "--peaks-only"], tmp_path)
+    assert bad.returncode == 2 and "kdiag:3072x768:0.9" in bad.stderr

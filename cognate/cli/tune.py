@@ -81,6 +81,13 @@ def register(main: click.Group, data: click.Group) -> None:
     "re-measure (within the same SECONDS) when it was busy while timing.",
 )
 @click.option(
+    "--bf16",
+    is_flag=True,
+    help="With --verify (cpu SpMM): also time the pick's plain CSR kernel with B rounded to "
+    "bfloat16 at each call (float32 sums, about 2^-9 relative error per element of B), "
+    "and pick it when it is fastest. Opt-in: it changes the result.",
+)
+@click.option(
     "--cover-families/--no-cover-families",
     default=True,
     show_default=True,
@@ -132,6 +139,7 @@ def tune(
     seed: int,
     verify: bool,
     wait_quiet: float | None,
+    bf16: bool,
     cover_families: bool,
     threads: int | None,
     db: Path | None,
@@ -160,6 +168,7 @@ def tune(
     _say_if_it_cannot_run_here(target, verify)
     run = dict(target=target, op=op, width=width, top_k=top_k, model=model, verify=verify)
     run.update(candidates=candidates, seed=seed, cover_families=cover_families, threads=threads)
+    run.update(bf16=bf16)
     store = db if verify and not no_record else None
     result, model_note = _run(matrix, run, store, wait_quiet, as_json, console)
     recorded = _record(result, db, no_record)

@@ -136,9 +136,10 @@ def _footnotes(
     if "variant" in marks:
         lines.append(
             f"variant ({VARIANT_MARK} under its config): that config with another vector width "
-            "/ register tile, thread schedule or C's stores, measured beside it so that the "
-            "timing decides (a model without the knobs encoding cannot tell them apart; none "
-            "encodes C's stores); it has that config's rank and score"
+            "/ register tile, thread schedule, C's stores or (--bf16) B as bfloat16, measured "
+            "beside it so that the timing decides (a model without the knobs encoding cannot "
+            "tell them apart; none encodes C's stores or B's precision); it has that config's "
+            "rank and score"
         )
     if simulated:
         lines.append(f"runtimes are simulated: the {result.target} simulator, not hardware")

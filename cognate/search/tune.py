@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from cognate.budget import check_work
+from cognate.errors import CognateError
 from cognate.matrix import Matrix
 from cognate.model.cost_model import CostModel
 from cognate.model.encoding import never_trained_here, new_host_picks_baseline
@@ -51,15 +52,24 @@ def tune_matrix(
     cover_families: bool = True,
     threads: int | None = None,
     announce: Callable[[str], None] | None = None,
+    bf16: bool = False,
 ) -> TuneResult:
     """Rank the candidates of (target, op) for ``matrix`` with ``model`` (a CostModel, a
     model file, or None: the shipped one); with ``verify``, measure the top-k and the
     baseline (and the target's library references, all in interleaved rounds with
     ``threads`` threads on cpu, default all cores). ``cover_families``: the top-k holds
     each kernel family's best-ranked config (``runnable_top``). ``announce``: called with one
-    line as each long step starts (ranking, verifying), once the inputs are checked."""
+    line as each long step starts (ranking, verifying), once the inputs are checked.
+    ``bf16`` (cpu SpMM, with ``verify``): also time the pick's plain CSR kernel with B
+    read as bfloat16 (float32 sums; another result, so only when asked), and pick it if it
+    is the fastest."""
     if threads is not None:
         positive_int(threads, "threads")
+    if bf16 and not (target == "cpu" and op == "spmm" and verify):
+        raise CognateError(
+            "bf16 (B read as bfloat16) is a cpu SpMM kernel variant chosen by timing:"
+            " it needs --target cpu --op spmm --verify"
+        )
     the_target = get_target(target)
     the_target.check_width(width)
     positive_int(top_k, "top-k")
@@ -88,7 +98,7 @@ def tune_matrix(
     result.new_host = encoder is not None and never_trained_here(encoder, cost_model.metadata)
     result.new_host_baseline = result.new_host and new_host_picks_baseline(cost_model.metadata)
     if verify:  # the target's variants (cpu: vector width) are measured with the picks
-        add_variants(result, the_target)
+        add_variants(result, the_target, bf16)
         say(_verify_line(result, the_target))
         if progress is None and announce is not None:
             progress = _progress_lines(result, announce)

@@ -32,12 +32,13 @@ def verify(
     result.take(found)
 
 
-def add_variants(result: TuneResult, target: Target) -> None:
+def add_variants(result: TuneResult, target: Target, bf16: bool = False) -> None:
     """Append the target's variants of the candidates (and baseline) to ``result``'s
-    candidates, each ranked and scored as the config it varies."""
+    candidates, each ranked and scored as the config it varies (``bf16``: those with B read
+    as bfloat16 too, asked for)."""
     pool = [*result.candidates, result.baseline]
     configs = [c.config for c in pool]
-    pairs = target.variants(result.op, result.width, configs, result.matrix.shape)
+    pairs = target.variants(result.op, result.width, configs, result.matrix.shape, bf16)
     if not pairs:
         return
     space = target.space(result.op)
@@ -71,6 +72,8 @@ def record_verified(result: TuneResult, db: str | Path) -> int:
     seen: dict[str, Measurement] = {}
     for c in [*result.candidates, result.baseline]:
         if c.status is None or c.config.hash in seen:
+            continue
+        if c.config.knobs.get("bf16"):  # another precision, encoded as its float32 twin
             continue
         counters: dict[str, Any] = {"verify": result.timing or "target runner"}
         if result.load is not None:

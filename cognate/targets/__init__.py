@@ -185,10 +185,12 @@ class Target:
         width: int,
         configs: Sequence[Config],
         shape: tuple[int, int] | None = None,
+        bf16: bool = False,
     ) -> list[tuple[Config, Config]]:
         """(config, variant) pairs ``tune --verify`` times beside ``configs`` (of a matrix of
         ``shape``): variants in knobs the cost model does not encode or cannot rank (cpu:
-        vector width, register tile, C's stores), so measurement decides. By default none."""
+        vector width, register tile, C's stores; with ``bf16``, B read as bfloat16), so
+        measurement decides. By default none."""
         return []
 
     @property

@@ -114,13 +114,14 @@ class CpuTarget(Target):
         width: int,
         configs: Sequence[Config],
         shape: tuple[int, int] | None = None,
+        bf16: bool = False,
     ) -> list[tuple[Config, Config]]:
         """Vector-width / register-tile, schedule and C-store variants of the best-ranked
-        plain CSR SpMM config among ``configs``, for ``tune --verify`` to time beside them
-        (vector.py)."""
+        plain CSR SpMM config among ``configs`` (with ``bf16``: also B read as bfloat16), for
+        ``tune --verify`` to time beside them (vector.py)."""
         from cognate.targets.cpu.vector import vector_variants
 
-        return vector_variants(op, width, configs, shape)
+        return vector_variants(op, width, configs, shape, bf16)
 
     def kernel(self, matrix: Matrix, op: str, config: Config) -> Callable[..., Any]:
         from cognate.targets.cpu.tuned import ScheduleKernel

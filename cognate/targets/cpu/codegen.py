@@ -135,15 +135,30 @@ class Schedule:
 # so configs and records without it keep their meaning (plain stores).
 STORE_KNOBS: dict[str, tuple[int, ...]] = {"stream": (0, 1)}
 
+# The plain CSR SpMM kernel's B precision: bf16 1 rounds B to bfloat16 (to nearest even) at
+# the start of each call and reads that copy, summing in float32 (half of B's bytes, where
+# L2 reads bind: kernels/cpu/spmm_csr.c). It changes the result (B's rounding: about 2^-9
+# relative per element), so it is opt-in: never sampled, ranked or varied unless asked
+# (``tune(..., bf16=True)``), and checked against scipy on the rounded B.
+PRECISION_KNOBS: dict[str, tuple[int, ...]] = {"bf16": (0, 1)}
+
 
 # Knobs that change the plain CSR SpMM kernel's code only, never A's packed layout.
-KERNEL_ONLY_KNOBS: frozenset[str] = frozenset({*VECTOR_KNOBS, *SCHEDULE_KNOBS, *STORE_KNOBS})
+KERNEL_ONLY_KNOBS: frozenset[str] = frozenset(
+    {*VECTOR_KNOBS, *SCHEDULE_KNOBS, *STORE_KNOBS, *PRECISION_KNOBS}
+)
 
 
 def stream_of(knobs: Mapping[str, Any]) -> int:
     """The config's ``stream`` knob, checked against its whitelist (0 when absent)."""
     values = _knob_group(knobs, STORE_KNOBS, "store")
     return 0 if values is None else values["stream"]
+
+
+def bf16_of(knobs: Mapping[str, Any]) -> int:
+    """The config's ``bf16`` knob, checked against its whitelist (0 when absent)."""
+    values = _knob_group(knobs, PRECISION_KNOBS, "precision")
+    return 0 if values is None else values["bf16"]
 
 
 def schedule_of(knobs: Mapping[str, Any]) -> Schedule | None:
@@ -198,6 +213,7 @@ class LoopStructure:
     vector: VectorTile | None = None  # plain CSR SpMM only: the config's vector knobs
     schedule: Schedule | None = None  # plain CSR SpMM only: the config's schedule knobs
     stream: int = 0  # plain CSR SpMM only: 1 = C's tiles written with streaming stores
+    bf16: int = 0  # plain CSR SpMM only: 1 = B read as bfloat16 (PRECISION_KNOBS)
 
     @property
     def loops(self) -> OpLoops:
@@ -283,6 +299,10 @@ def structure_of(op: str, knobs: Mapping[str, Any], width: int | None = None) ->
                 f"cpu {op}: the stream knob applies to the plain CSR SpMM kernel only"
             )
         structure = replace(structure, stream=1)
+    if bf16_of(knobs):
+        if not has_plain_csr_shape(structure):
+            raise CognateError(f"cpu {op}: the bf16 knob applies to the plain CSR SpMM kernel only")
+        structure = replace(structure, bf16=1)
     return structure
 
 
@@ -424,6 +444,8 @@ def _checked(s: LoopStructure) -> LoopStructure:
         knobs.update(s.schedule.knobs)
     if s.stream:
         knobs["stream"] = s.stream
+    if s.bf16:
+        knobs["bf16"] = s.bf16
     if structure_of(s.op, knobs, s.width) != s:
         raise CognateError(f"cpu {s.op}: inconsistent loop structure {s}")
     return s
@@ -470,9 +492,10 @@ def generate_source(s: LoopStructure) -> str:
             accs=str(int(vector.accumulators)),
             tasks=include("tasks"),
             stream=str(int(s.stream)),
+            bf16=str(int(s.bf16)),
             **_schedule_params(s.schedule),
         )
-    if s.vector is not None or s.schedule is not None or s.stream:  # the nests have none
+    if s.vector is not None or s.schedule is not None or s.stream or s.bf16:  # nests have none
         raise CognateError(f"cpu {s.op}: vector and schedule knobs need a width compiled in")
     template = Template((kernels_dir() / "cpu" / f"{s.op}.c").read_text())
     runtime = "N_arg" if s.op == "spmm" else "K_arg"

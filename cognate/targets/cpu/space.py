@@ -33,6 +33,7 @@ from cognate.space import LoopNest, Space, load_space_spec, space_file
 from cognate.targets.cpu.codegen import (
     DEFAULT_VECTOR,
     PLAIN_CSR_ORDER,
+    PRECISION_KNOBS,
     SCHEDULE_KNOBS,
     STORE_KNOBS,
     VECTOR_KNOBS,
@@ -270,6 +271,7 @@ class CpuSpace(Space):
         vector = {k: knobs.pop(k) for k in list(knobs) if k in VECTOR_KNOBS}
         schedule = {k: knobs.pop(k) for k in list(knobs) if k in SCHEDULE_KNOBS}
         store = {k: knobs.pop(k) for k in list(knobs) if k in STORE_KNOBS}
+        precision = {k: knobs.pop(k) for k in list(knobs) if k in PRECISION_KNOBS}
         unknown = sorted(str(k) for k in knobs if k not in KNOBS)
         if unknown:
             raise self._error(f"unknown knob(s) {', '.join(unknown)}; expected {', '.join(KNOBS)}")
@@ -298,6 +300,8 @@ class CpuSpace(Space):
             clean.update(self._schedule_knobs(clean, schedule))
         if store:
             clean.update(self._knob_group(clean, store, STORE_KNOBS, "store"))
+        if precision:
+            clean.update(self._knob_group(clean, precision, PRECISION_KNOBS, "precision"))
         return Config(TARGET, self.op, clean)
 
     def _plain_csr_spmm(self, clean: Mapping[str, Any]) -> bool:
@@ -409,9 +413,9 @@ class CpuSpace(Space):
         without the knobs at their defaults (codegen.DEFAULT_VECTOR, the default schedule):
         [log2 vbits - 8, log2 vregs / 3, log2 unroll / 2, one thread, log2(1 + prefetch) / 4,
         log2(1 + batch) / 8, nzsplit]. SDDMM: none (its kernels have no such knobs).
-        C's streaming stores (``stream``) are not encoded: the shipped models' inputs predate
-        the knob, so a streamed kernel ranks as its plain twin and only verify's timing
-        chooses it (vector.py)."""
+        C's streaming stores (``stream``) and B's precision (``bf16``) are not encoded: the
+        shipped models' inputs predate the knobs, so such a kernel ranks as its plain twin and
+        only verify's timing chooses it (vector.py; bf16 only when asked)."""
         if self.op != "spmm":
             return np.zeros(0, dtype=np.float32)
         knobs = config.knobs
@@ -454,6 +458,8 @@ class CpuSpace(Space):
             vector += f" | {schedule.words()}"
         if config.knobs.get("stream"):
             vector += " | C streamed"
+        if config.knobs.get("bf16"):
+            vector += " | B as bf16"
         return (
             f"{self.op} {splits} order {' '.join(order)} | A {storage} | "
             f"omp {parallel_loop(order)} dynamic,{config['chunk']}{vector}"

@@ -94,10 +94,16 @@ def streaming_may_pay(rows: int, width: int) -> bool:
 
 
 def vector_variants(
-    op: str, width: int, configs: Sequence[Config], shape: tuple[int, int] | None = None
+    op: str,
+    width: int,
+    configs: Sequence[Config],
+    shape: tuple[int, int] | None = None,
+    bf16: bool = False,
 ) -> list[tuple[Config, Config]]:
     """(base, variant) pairs: the new variants of the first plain CSR SpMM config of
-    ``configs`` (with ``shape``, A's: also the streamed ones where they may pay)."""
+    ``configs`` (with ``shape``, A's: also the streamed ones where they may pay; with
+    ``bf16``, asked for: the base's tile and the whole-row tile with B read as bfloat16,
+    streamed too where streaming may pay)."""
     if op != "spmm" or not variants_enabled():
         return []
     base = next((c for c in configs if is_plain_csr_spmm(c)), None)
@@ -122,8 +128,16 @@ def vector_variants(
         for tile in (own_tile, whole_row)
         for schedule in SCHEDULES
     ]
-    if shape is not None and streaming_may_pay(shape[0], width):
+    streams = shape is not None and streaming_may_pay(shape[0], width)
+    if streams:
         knobs += [{**plain, **tile, "stream": 1} for tile in (own_tile, whole_row)]
+    if bf16:
+        stores = [{}, {"stream": 1}] if streams else [{}]
+        knobs += [
+            {**plain, **tile, **store, "bf16": 1}
+            for tile in (own_tile, whole_row)
+            for store in stores
+        ]
     for variant in knobs:
         config = space.validate(variant)
         if config.hash not in seen:

@@ -324,11 +324,20 @@ def _gat(layer: Any, x: torch.Tensor, entry: Any) -> torch.Tensor:
     a_src = (x_src * layer.att_src).sum(dim=-1)
     a_dst = (x_dst * layer.att_dst).sum(dim=-1)
     p = pattern(entry, layer.add_self_loops)
+    return _finish(layer, gat_attention(p, layer, a_src, a_dst, x_src), res)
+
+
+def gat_attention(
+    p: Pattern, layer: Any, a_src: torch.Tensor, a_dst: torch.Tensor, x_src: torch.Tensor
+) -> torch.Tensor:
+    """GAT's aggregation after its projections: the edges' scores ``leaky_relu(a_src[j] +
+    a_dst[i])``, their softmax per target, attention dropout, and the weighted SpMM of
+    ``x_src`` (sources x heads x C)."""
     scores = a_src.index_select(0, p.cols) + a_dst.index_select(0, p.rows)
     scores = F.leaky_relu(scores, layer.negative_slope)
     alpha = edge_softmax(scores, p.rows, p.n, p.lengths)
     alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
-    return _finish(layer, aggregate(p, alpha, x_src), res)
+    return aggregate(p, alpha, x_src)
 
 
 def _gatv2(layer: Any, x: torch.Tensor, entry: Any) -> torch.Tensor:
@@ -350,9 +359,7 @@ def _transformer(layer: Any, x: torch.Tensor, entry: Any) -> torch.Tensor:
     key = layer.lin_key(x).view(-1, heads, c)
     value = layer.lin_value(x).view(-1, heads, c)
     p = pattern(entry, loops=False)
-    alpha = edge_softmax(dot_scores(p, query, key) / math.sqrt(c), p.rows, p.n, p.lengths)
-    alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
-    out = aggregate(p, alpha, value)
+    out = dot_attention(p, layer, query, key, value)
     out = out.reshape(out.shape[0], -1) if layer.concat else out.mean(dim=1)
     if layer.root_weight:
         x_r = layer.lin_skip(x)
@@ -362,6 +369,18 @@ def _transformer(layer: Any, x: torch.Tensor, entry: Any) -> torch.Tensor:
         else:
             out = out + x_r
     return out
+
+
+def dot_attention(
+    p: Pattern, layer: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+) -> torch.Tensor:
+    """TransformerConv's aggregation after its projections: the scores ``q_i . k_j /
+    sqrt(C)`` (the tuned SDDMM), their softmax per target, attention dropout, and the
+    weighted SpMM of ``value`` (nodes x heads x C)."""
+    scaled = dot_scores(p, query, key) / math.sqrt(query.shape[-1])
+    alpha = edge_softmax(scaled, p.rows, p.n, p.lengths)
+    alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
+    return aggregate(p, alpha, value)
 
 
 def gat(entry_of: EntryOf, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -3,6 +3,9 @@ and the dense operands measurements use."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -22,6 +25,14 @@ def dense_operands(
     x = rng.uniform(-1.0, 1.0, (rows, width)).astype(np.float32)
     y = rng.uniform(-1.0, 1.0, (cols, width)).astype(np.float32)
     return x, y
+
+
+def round_bf16(a: np.ndarray) -> np.ndarray:
+    """float32 ``a`` rounded to bfloat16 (to nearest even, as the kernels' bf16 knob and
+    torch round), back as float32: what a kernel with B in bf16 multiplies."""
+    import ml_dtypes  # here: only bf16 checks need it
+
+    return np.asarray(a, dtype=np.float32).astype(ml_dtypes.bfloat16).astype(np.float32)
 
 
 def _tolerance(terms: np.ndarray | float, bound: np.ndarray) -> np.ndarray:
@@ -191,6 +202,8 @@ class Reference:
         rows: np.ndarray | None = None,
     ) -> None:
         self.op, self.rows, self.total_rows = op, rows, csr.shape[0]
+        self._inputs = (csr, operands)  # for ``rounded`` (references, not copies)
+        self._rounded: Reference | None = None
         self.entries: np.ndarray | None = None  # SDDMM: A's entries of the sampled rows
         self.checksum: Checksum | None = None  # SpMM, sampled: every row's sum
         self.row_of = rows  # the row of each checked result row (SDDMM: of each entry)
@@ -219,6 +232,18 @@ class Reference:
     @property
     def sampled(self) -> bool:
         return self.rows is not None
+
+    def rounded(self) -> Reference:
+        """The reference of the same rows on B rounded to bfloat16: what a ``bf16`` kernel is
+        checked against (built once)."""
+        if self._rounded is None:
+            csr, operands = self._inputs
+            self._rounded = Reference(csr, self.op, (round_bf16(operands[0]),), self.rows)
+        return self._rounded
+
+    def for_knobs(self, knobs: Mapping[str, Any]) -> Reference:
+        """This reference, or ``rounded()`` for a config with B in bf16."""
+        return self.rounded() if knobs.get("bf16") else self
 
     def describe(self) -> str:
         if self.rows is None:

@@ -82,7 +82,7 @@ def _prepare_config(
         start = time.perf_counter()
         call()
         first_s = time.perf_counter() - start
-        problem = ref.check(call.result())
+        problem = ref.for_knobs(knobs).check(call.result())
     except pipeline.TooLarge as exc:
         return None, {"status": "too_large", "error": one_line(exc, ERROR_CHARS)}, 0.0
     except Exception as exc:  # noqa: BLE001 - one bad config is a record, not a crash

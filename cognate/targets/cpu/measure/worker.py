@@ -89,7 +89,7 @@ def _run_job(conn: Connection, state: _MatrixState, job: dict[str, Any]) -> None
     start = time.perf_counter()
     call()
     first_s = time.perf_counter() - start
-    problem = state.reference.check(call.result())
+    problem = state.reference.for_knobs(job["knobs"]).check(call.result())
     if problem:
         conn.send(("error", problem))
         return
