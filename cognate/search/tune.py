@@ -65,12 +65,12 @@ def tune_matrix(
     is the fastest."""
     if threads is not None:
         positive_int(threads, "threads")
-    if bf16 and not (target == "cpu" and op == "spmm" and verify):
+    the_target = get_target(target)
+    if bf16 and not (verify and the_target.has_bf16_variants(op)):
         raise CognateError(
             "bf16 (B read as bfloat16) is a cpu SpMM kernel variant chosen by timing:"
             " it needs --target cpu --op spmm --verify"
         )
-    the_target = get_target(target)
     the_target.check_width(width)
     positive_int(top_k, "top-k")
     check_work(matrix, f"tune --target {target}", the_target.tune_cost(width, verify))

@@ -193,6 +193,11 @@ class Target:
         measurement decides. By default none."""
         return []
 
+    def has_bf16_variants(self, op: str) -> bool:
+        """Whether ``variants(..., bf16=True)`` adds kernels that read B as bfloat16 for
+        ``op`` (opt-in: ``tune(..., bf16=True)``). By default no."""
+        return False
+
     @property
     def has_kernel(self) -> bool:
         """Whether ``kernel`` hands out a callable (the target runs on this kind of machine)."""

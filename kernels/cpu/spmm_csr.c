@@ -122,6 +122,32 @@ static inline __attribute__((always_inline)) void prefetch_b(
     for (int64_t x = 0; x < floats; x += 64 / (int64_t)sizeof(bval)) __builtin_prefetch(b + x, 0, 3);
 }
 
+/* A B element as a float: itself, or the float32 a bfloat16 stands for (its high half). */
+static inline float b_value(const bval v)
+{
+#if BF16
+    const uint32_t u = (uint32_t)v << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#else
+    return v;
+#endif
+}
+
+/* Columns [j, N) of one row, past the last vector tile (fewer than 4, BF16: 8), scalar. */
+static void edge(const int64_t lo, const int64_t hi, const int32_t *restrict col,
+                 const float *restrict val, const bval *restrict B, float *restrict c,
+                 const int64_t j)
+{
+    for (int64_t q = j; q < N; q++) c[q] = 0.0f;
+    for (int64_t p = lo; p < hi; p++) {
+        const float a = val[p];
+        const bval *restrict b = B + (int64_t)col[p] * N;
+        for (int64_t q = j; q < N; q++) c[q] += a * b_value(b[q]);
+    }
+}
+
 #if !BF16
 /* Columns [j, j + L * nv) of row [lo, hi) of A times B, summed in registers, stored to c:
  * one function per vector type VT of L lanes (the config's, and the narrower tails'); end is
@@ -168,19 +194,6 @@ DEFINE_TILE(tile, vf, LANES, TILE_STORES)
 DEFINE_TILE(tile8, vf8, 8, PLAIN_STORES)
 DEFINE_TILE(tile4, vf4, 4, PLAIN_STORES)
 
-/* Columns [j, N) (fewer than 4) of one row, scalar. */
-static void edge(const int64_t lo, const int64_t hi, const int32_t *restrict col,
-                 const float *restrict val, const float *restrict B, float *restrict c,
-                 const int64_t j)
-{
-    for (int64_t q = j; q < N; q++) c[q] = 0.0f;
-    for (int64_t p = lo; p < hi; p++) {
-        const float a = val[p];
-        const float *restrict b = B + (int64_t)col[p] * N;
-        for (int64_t q = j; q < N; q++) c[q] += a * b[q];
-    }
-}
-
 /* One row of C: passes of VREGS vectors, then fewer (halving), then narrower vectors, then
  * scalar columns; N is a constant, so only the steps this width needs remain. stream 1
  * (stream_of): the full tiles are streamed. */
@@ -224,15 +237,6 @@ typedef int32_t vi4 __attribute__((vector_size(16)));
 #define HI_MAIN HI_4
 #endif
 
-/* A bfloat16 as the float32 it stands for (its high half). */
-static inline float bf16_value(const uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* Columns [j, j + 2L * np) of row [lo, hi) of A times B's bf16 copy, in float32: one x lane
  * holds columns 2t (low half) and 2t + 1 (high half), summed into even and odd; STORES writes
  * the interleaved pair as the config's tile (streamed where stream says) or a tail's. */
@@ -274,19 +278,6 @@ enum { NP = VREGS > 1 ? VREGS / 2 : 1 };  /* 2L-column blocks per pass: VREGS ac
 DEFINE_BF16_TILE(tile, vf, vu, vi, LANES, LO_MAIN, HI_MAIN, TILE_PAIR)
 DEFINE_BF16_TILE(tile8, vf8, vu8, vi8, 8, LO_8, HI_8, PLAIN_PAIR)
 DEFINE_BF16_TILE(tile4, vf4, vu4, vi4, 4, LO_4, HI_4, PLAIN_PAIR)
-
-/* Columns [j, N) (fewer than 8) of one row, scalar. */
-static void edge(const int64_t lo, const int64_t hi, const int32_t *restrict col,
-                 const float *restrict val, const bval *restrict B, float *restrict c,
-                 const int64_t j)
-{
-    for (int64_t q = j; q < N; q++) c[q] = 0.0f;
-    for (int64_t p = lo; p < hi; p++) {
-        const float a = val[p];
-        const bval *restrict b = B + (int64_t)col[p] * N;
-        for (int64_t q = j; q < N; q++) c[q] += a * bf16_value(b[q]);
-    }
-}
 
 /* One row of C: passes of NP 2L-column blocks, then fewer, then 16 and 8 columns of
  * narrower vectors, then scalar columns. */
@@ -351,7 +342,7 @@ static void rows_rounding(const int64_t *restrict pos, const int32_t *restrict c
         for (int64_t q = 0; q < N; q++) {
             float sum = 0.0f;
             for (int64_t p = pos[i]; p < pos[i + 1]; p++)
-                sum += val[p] * bf16_value(bf16_round(B[(int64_t)col[p] * N + q]));
+                sum += val[p] * b_value(bf16_round(B[(int64_t)col[p] * N + q]));
             C[i * N + q] = sum;
         }
 }

@@ -123,6 +123,10 @@ class CpuTarget(Target):
 
         return vector_variants(op, width, configs, shape, bf16)
 
+    def has_bf16_variants(self, op: str) -> bool:
+        """SpMM: the plain CSR kernel's ``bf16`` knob (codegen.PRECISION_KNOBS)."""
+        return op == "spmm"
+
     def kernel(self, matrix: Matrix, op: str, config: Config) -> Callable[..., Any]:
         from cognate.targets.cpu.tuned import ScheduleKernel
 
