@@ -17,7 +17,7 @@ from cognate.cli import run as cli_run
 from cognate.config import Config
 from cognate.errors import CognateError
 from cognate.store import Store
-from cognate.targets.cpu import families
+from cognate.targets.cpu import families, memory
 from cognate.targets.cpu.codegen import structure_of
 from cognate.targets.cpu.isa import host_isa
 from cognate.targets.cpu.measure.check import Reference, mismatch, reference, round_bf16
@@ -57,6 +57,13 @@ def test_bf16_is_for_the_plain_csr_kernel_and_not_in_the_encoding() -> None:
     base = space.validate(PLAIN_CSR_SPMM)
     assert "B as bf16" in space.describe(rounded) and rounded.hash != base.hash
     assert np.array_equal(space.knob_features(rounded), space.knob_features(base))
+
+
+def test_the_memory_price_counts_the_rounded_copy_of_b() -> None:
+    (matrix,) = shared_matrices(names=["bp_1200"])
+    plain = memory.kernel_bytes(matrix, "spmm", PLAIN_CSR_SPMM, 64)
+    rounded = memory.kernel_bytes(matrix, "spmm", {**PLAIN_CSR_SPMM, "bf16": 1}, 64)
+    assert rounded - plain == 2 * matrix.shape[1] * 64
 
 
 def test_rounding_is_torch_s_bfloat16() -> None:

@@ -42,12 +42,14 @@ def resident_bytes() -> int:
 
 
 def kernel_bytes(matrix: Matrix, op: str, knobs: Mapping[str, Any], width: int) -> int:
-    """Bytes preparing one kernel adds: the pack's peak and the kernel's output buffer."""
+    """Bytes preparing one kernel adds: the pack's peak, the kernel's output buffer and, for
+    a ``bf16`` kernel, the bfloat16 copy of B it keeps (per calling thread)."""
     from cognate.targets.cpu.families import family_of
 
-    rows = matrix.shape[0]
+    rows, cols = matrix.shape
     out = 4 * rows * width if op == "spmm" else 4 * matrix.nnz
-    return PACK_PEAK_PER_ENTRY[family_of(knobs)] * matrix.nnz + 8 * rows + out
+    rounded_b = 2 * cols * width if knobs.get("bf16") else 0
+    return PACK_PEAK_PER_ENTRY[family_of(knobs)] * matrix.nnz + 8 * rows + out + rounded_b
 
 
 def transpose_bytes(matrix: Matrix) -> int:
