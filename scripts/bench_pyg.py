@@ -293,8 +293,8 @@ def one_model(kind: str, adjs: dict, x: torch.Tensor, y: torch.Tensor, args) -> 
 class _Recorder:
     """The sparse aggregations one epoch makes (sum / mean / max / min models): cognate's
     (``_Adjacency.spmm``, the patched path, the projection first included) and PyG's fused
-    ``spmm`` on a torch CSR ``adj_t`` (what the dispatcher hands to PyG), each as (call, input
-    shape, whether the input needs a gradient), to replay alone."""
+    ``spmm`` on a torch CSR ``adj_t`` (what the dispatcher hands to PyG), each as (call, [(input
+    shape, whether it needs a gradient)]), to replay alone."""
 
     def __init__(self) -> None:
         import cognate.torch.pyg as front
@@ -306,11 +306,11 @@ class _Recorder:
         own, pyg, calls = self.own, self.pyg, self.calls
 
         def own_spmm(entry, x, reduce):
-            calls.append((lambda h: own(entry, h, reduce), tuple(x.shape), x.requires_grad))
+            calls.append((lambda h: own(entry, h, reduce), [(tuple(x.shape), x.requires_grad)]))
             return own(entry, x, reduce)
 
         def pyg_spmm(src, x, reduce="sum"):
-            calls.append((lambda h: pyg(src, h, reduce), tuple(x.shape), x.requires_grad))
+            calls.append((lambda h: pyg(src, h, reduce), [(tuple(x.shape), x.requires_grad)]))
             return pyg(src, x, reduce)
 
         self.front._Adjacency.spmm, self.front._pyg_spmm = own_spmm, pyg_spmm
@@ -414,7 +414,7 @@ def _direct_aggregation_ms(
         gen = torch.Generator().manual_seed(args.seed)
         inputs = [
             (call, [torch.randn(shape, generator=gen).requires_grad_(grad) for shape, grad in ins])
-            for call, ins in (_as_inputs(c) for c in rec.calls)
+            for call, ins in rec.calls
         ]
 
         def replay(inputs=inputs) -> None:
@@ -426,14 +426,6 @@ def _direct_aggregation_ms(
         replays[name] = replay
     samples = rotating_blocks(replays, args)
     return {name: float(np.median(t)) * 1e3 for name, t in samples.items()}
-
-
-def _as_inputs(recorded: tuple) -> tuple[Callable, list]:
-    """(call, [(shape, grad)]) of a recorded call: _Recorder's (call, shape, grad) too."""
-    if len(recorded) == 3:
-        call, shape, grad = recorded
-        return call, [(shape, grad)]
-    return recorded
 
 
 def _fastest_pyg_alone(direct: dict[str, float]) -> str:

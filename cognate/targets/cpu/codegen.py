@@ -149,16 +149,18 @@ KERNEL_ONLY_KNOBS: frozenset[str] = frozenset(
 )
 
 
-def stream_of(knobs: Mapping[str, Any]) -> int:
-    """The config's ``stream`` knob, checked against its whitelist (0 when absent)."""
-    values = _knob_group(knobs, STORE_KNOBS, "store")
-    return 0 if values is None else values["stream"]
+# The plain CSR SpMM kernel's one-knob groups: (knob, its group, the group's name).
+FLAG_KNOBS = (("stream", STORE_KNOBS, "store"), ("bf16", PRECISION_KNOBS, "precision"))
 
 
-def bf16_of(knobs: Mapping[str, Any]) -> int:
-    """The config's ``bf16`` knob, checked against its whitelist (0 when absent)."""
-    values = _knob_group(knobs, PRECISION_KNOBS, "precision")
-    return 0 if values is None else values["bf16"]
+def flags_of(knobs: Mapping[str, Any]) -> dict[str, int]:
+    """The config's ``stream`` and ``bf16`` knobs, each checked against its whitelist (0 when
+    absent)."""
+    found = {}
+    for knob, group, what in FLAG_KNOBS:
+        values = _knob_group(knobs, group, what)
+        found[knob] = 0 if values is None else values[knob]
+    return found
 
 
 def schedule_of(knobs: Mapping[str, Any]) -> Schedule | None:
@@ -293,16 +295,13 @@ def structure_of(op: str, knobs: Mapping[str, Any], width: int | None = None) ->
         if not has_plain_csr_shape(structure):
             raise CognateError(f"cpu {op}: schedule knobs apply to the plain CSR SpMM kernel only")
         structure = replace(structure, schedule=schedule)
-    if stream_of(knobs):
-        if not has_plain_csr_shape(structure):
-            raise CognateError(
-                f"cpu {op}: the stream knob applies to the plain CSR SpMM kernel only"
-            )
-        structure = replace(structure, stream=1)
-    if bf16_of(knobs):
-        if not has_plain_csr_shape(structure):
-            raise CognateError(f"cpu {op}: the bf16 knob applies to the plain CSR SpMM kernel only")
-        structure = replace(structure, bf16=1)
+    for knob, value in flags_of(knobs).items():
+        if value:
+            if not has_plain_csr_shape(structure):
+                raise CognateError(
+                    f"cpu {op}: the {knob} knob applies to the plain CSR SpMM kernel only"
+                )
+            structure = replace(structure, **{knob: value})
     return structure
 
 
@@ -442,10 +441,7 @@ def _checked(s: LoopStructure) -> LoopStructure:
         knobs.update(s.vector.knobs)
     if s.schedule is not None:
         knobs.update(s.schedule.knobs)
-    if s.stream:
-        knobs["stream"] = s.stream
-    if s.bf16:
-        knobs["bf16"] = s.bf16
+    knobs.update({knob: getattr(s, knob) for knob, _, _ in FLAG_KNOBS if getattr(s, knob)})
     if structure_of(s.op, knobs, s.width) != s:
         raise CognateError(f"cpu {s.op}: inconsistent loop structure {s}")
     return s

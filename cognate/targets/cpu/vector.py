@@ -129,15 +129,15 @@ def vector_variants(
         for schedule in SCHEDULES
     ]
     streams = shape is not None and streaming_may_pay(shape[0], width)
-    if streams:
-        knobs += [{**plain, **tile, "stream": 1} for tile in (own_tile, whole_row)]
-    if bf16:
-        stores = [{}, {"stream": 1}] if streams else [{}]
-        knobs += [
-            {**plain, **tile, **store, "bf16": 1}
-            for tile in (own_tile, whole_row)
-            for store in stores
-        ]
+    stores = [{}, {"stream": 1}] if streams else [{}]
+    precisions = [{}, {"bf16": 1}] if bf16 else [{}]
+    knobs += [
+        {**plain, **tile, **store, **precision}
+        for tile in (own_tile, whole_row)
+        for store in stores
+        for precision in precisions
+        if store or precision  # the plain twin of each tile is above
+    ]
     for variant in knobs:
         config = space.validate(variant)
         if config.hash not in seen:
