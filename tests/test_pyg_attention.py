@@ -96,21 +96,23 @@ def test_attention_equals_pyg(graph: dict, layer: str, adj_key: str) -> None:
 
 
 def test_attention_runs_tuned_spmm_and_sddmm(graph: dict) -> None:
-    """The aggregation is the tuned SpMM at the head width (its values' gradient the tuned
-    SDDMM); TransformerConv's scores the tuned SDDMM; the patterns are built once."""
+    """GATv2's aggregation, and TransformerConv's with attention dropout in training, is the
+    tuned SpMM at the head width (its values' gradient the tuned SDDMM); TransformerConv's
+    scores the tuned SDDMM; the patterns are built once. (Without dropout GATConv's and
+    TransformerConv's are fused: test_pyg_attention_fused.py.)"""
     x = graph["x"].clone().requires_grad_()
-    GATConv(WIDTH, 8, heads=2)(x, graph["adj_t"]).sum().backward()
-    TransformerConv(WIDTH, 4, heads=2)(x, graph["adj_t"]).sum().backward()
+    GATv2Conv(WIDTH, 8, heads=2)(x, graph["adj_t"]).sum().backward()
+    TransformerConv(WIDTH, 4, heads=2, dropout=0.1)(x, graph["adj_t"]).sum().backward()
     entry = cp._entry(graph["adj_t"])
     # both heads in one kernel: kron(A, I_2)
     loops, plain = entry.attention["loops"].heads[2].tuned, entry.attention["plain"].heads[2].tuned
     assert ("spmm", "A", 8) in loops.choices and ("sddmm", "A", 8) in loops.choices
     assert ("sddmm", "A", 4) in plain.choices and ("spmm", "A", 4) in plain.choices
-    GATConv(WIDTH, 8, heads=2)(x, graph["adj_t"])
+    GATv2Conv(WIDTH, 8, heads=2)(x, graph["adj_t"])
     assert entry.attention["loops"].heads[2].tuned is loops
     indptr = torch.from_numpy(entry.attention["loops"].tuned.matrix.csr.indptr)
     assert int(torch.diff(indptr).min()) >= 1  # a loop each
-    GATConv(WIDTH, 8, heads=2)(x, graph["baseline"])  # per head: no kron(A, I) built
+    GATv2Conv(WIDTH, 8, heads=2)(x, graph["baseline"])  # per head: no kron(A, I) built
     assert not cp._entry(graph["baseline"]).attention["loops"].heads
 
 

@@ -14,6 +14,11 @@ Each layer is three steps over the edges of A (``adj_t``: row = target i, column
    mini-batch's adjacency): differentiable in the features (A^T's tuned SpMM) and in the
    values, whose gradient is the tuned SDDMM ``dY . X^T`` at A's pattern.
 
+GATConv and TransformerConv without attention dropout (PyG's default, or eval mode) run the
+three steps fused, one kernel each way (``FusedAttention``: the cpu pipeline's attention
+family, kernels/pyg/edge_attention.c) instead of about ten passes of torch ops over the
+edges' arrays.
+
 Self loops as PyG adds them (GAT / GATv2 ``add_self_loops=True``: A's own loops removed, one
 per node added), heads, ``concat``, ``bias``, ``residual``, TransformerConv's ``beta`` and
 ``root_weight`` as PyG. The pattern (with loops or not) is packed and tuned once per
@@ -41,6 +46,9 @@ import torch
 import torch.nn.functional as F
 
 from cognate.matrix import Matrix, canonicalize
+from cognate.targets.cpu import pipeline
+from cognate.targets.cpu.families import attention as attention_family
+from cognate.targets.cpu.operands import check_live_tensor, zero_pages
 from cognate.torch.operand import TunedSparse
 from cognate.torch.ops import sddmm, spmm
 from cognate.torch.pyg.project import _wrapped
@@ -85,6 +93,7 @@ class Pattern:
     lengths: torch.Tensor  # int64, entries per row: the edge softmax's segments
     tune: dict[str, Any] = field(default_factory=dict)  # the adjacency's TunedSparse options
     heads: dict[int, Heads] = field(default_factory=dict)
+    fused: FusedAttention | None = None  # the fused kernels, built at the first call
 
     @property
     def n(self) -> int:
@@ -194,6 +203,148 @@ class _EdgeSoftmax(torch.autograd.Function):
         out, rows, lengths = ctx.saved_tensors
         weighted = grad * out
         return weighted - out * _segment_sum(weighted, lengths).index_select(0, rows), None, None
+
+
+class FusedAttention:
+    """An attention layer's aggregation on the attention family's kernels
+    (kernels/pyg/edge_attention.c, through the cpu kernel pipeline) for one pattern: per
+    (op, score kind, heads, channels) packed, built and bound once to zero pages, then
+    pointed at each call's tensors."""
+
+    CHUNK = 32  # rows per OpenMP dynamic task (a row's entries are few: small tasks balance)
+
+    def __init__(self, csr: sp.csr_matrix) -> None:
+        self.csr = csr
+        self._kernels: dict[tuple[str, str, int, int], pipeline.PreparedKernel] = {}
+
+    def run(self, op: str, score: str, shape: tuple[int, int], tensors: tuple[Any, ...]) -> None:
+        """``op`` on ``tensors`` (its operands then its outputs, families/attention.py) for
+        ``shape`` = (heads, channels)."""
+        for t in tensors:  # C reads and writes them: live storage only
+            if t.numel():
+                check_live_tensor(t, f"attention {op}")
+        kernel = self._kernel(op, score, *shape)
+        with kernel.lock:  # the argument vector is shared by every call of this kernel
+            kernel.point_at([t.data_ptr() for t in tensors])
+            kernel.run()
+
+    def _kernel(self, op: str, score: str, heads: int, channels: int) -> pipeline.PreparedKernel:
+        key = (op, score, heads, channels)
+        found = self._kernels.get(key)
+        if found is None:
+            knobs = {"family": "attention", "score": score, "heads": heads, "chunk": self.CHUNK}
+            shape, nnz = (int(self.csr.shape[0]), int(self.csr.shape[1])), int(self.csr.nnz)
+            operands, _ = attention_family.shapes(op, score, shape, nnz, heads, channels)
+            dense = tuple(zero_pages(s, np.float32) for _, s in operands)
+            found = pipeline.bind(pipeline.pack(self.csr, op, knobs, channels), knobs, dense)
+            self._kernels[key] = found
+        return found
+
+
+class _FusedAggregate(torch.autograd.Function):
+    """An attention aggregation without dropout on the fused kernels: forward (scores,
+    softmax and SpMM in one pass over each target row), backward (the scores' gradients and
+    dst's per target row, then x's and src's per source row). ``src`` / ``dst``: GAT's
+    a_src / a_dst (nodes x heads), TransformerConv's key / query (nodes x heads x C); x:
+    nodes x heads x C. A second-order gradient (``create_graph``) recomputes the aggregation
+    with torch ops and differentiates that."""
+
+    @staticmethod
+    def forward(
+        ctx: Any, src: Any, dst: Any, x: Any, p: Pattern, score: str, param: float
+    ) -> torch.Tensor:
+        heads, c = x.shape[1], x.shape[2]
+        _check_shapes(p.n, score, heads, c, src, dst, x)
+        # the inputs themselves are saved: a second-order backward differentiates through them
+        saved = (src, dst, x)
+        src, dst, x = (_flat(t) for t in saved)
+        fused = _fused(p)
+        out = torch.empty((p.n, heads, c), dtype=torch.float32)
+        alpha = torch.empty((fused.csr.nnz, heads), dtype=torch.float32)
+        params = torch.tensor([[param]], dtype=torch.float32)
+        fused.run("forward", score, (heads, c), (src, dst, x, params, out, alpha))
+        ctx.save_for_backward(*saved, alpha)
+        ctx.p, ctx.score, ctx.param, ctx.params = p, score, param, params
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, dout: torch.Tensor) -> tuple[Any, ...]:
+        *inputs, alpha = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph: differentiate the torch ops' version
+            return (*_second_order(ctx, inputs, dout), None, None, None)
+        src, dst, x = (_flat(t) for t in inputs)
+        shape = tuple(inputs[2].shape[1:])
+        fused = _fused(ctx.p)
+        dout = _flat(dout)
+        dpre = torch.empty_like(alpha)
+        ddst, dx, dsrc = torch.empty_like(dst), torch.empty_like(x), torch.empty_like(src)
+        fused.run("backward", ctx.score, shape, (src, dst, x, alpha, dout, ctx.params, dpre, ddst))
+        fused.run("transpose", ctx.score, shape, (alpha, dpre, dout, dst, dx, dsrc))
+        grads = (t.view_as(like) for t, like in zip((dsrc, ddst, dx), inputs, strict=True))
+        return (*grads, None, None, None)
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    """``t`` as the kernels read it: detached, contiguous, nodes x everything else."""
+    t = t.detach().contiguous()
+    return t.view(t.shape[0], -1)
+
+
+def _second_order(ctx: Any, inputs: list[torch.Tensor], dout: torch.Tensor) -> tuple[Any, ...]:
+    """The three inputs' gradients as differentiable torch ops (the unfused aggregation) of
+    the inputs themselves, so that the graph reaches what made them: for gradient penalties
+    and other higher-order uses. Taken at aliases of the inputs: at the inputs themselves,
+    x's would also count a path through src or dst made from it (GAT's a_src is x_src . att),
+    which the outer graph counts again."""
+    needed = ctx.needs_input_grad[:3]
+    with torch.enable_grad():
+        aliases = [t.view_as(t) for t in inputs]
+        out = _unfused(ctx.p, ctx.score, ctx.param, *aliases)
+        wanted = [t for t, need in zip(aliases, needed, strict=True) if need]
+        grads = iter(torch.autograd.grad(out, wanted, dout, create_graph=True))
+    return tuple(next(grads) if need else None for need in needed)
+
+
+def _check_shapes(n: int, score: str, heads: int, c: int, *tensors: torch.Tensor) -> None:
+    """One line unless src, dst are (n, heads) (additive) or (n, heads, c) (dot) and x is
+    (n, heads, c), all float32 on the cpu: the kernels index them by A's rows and columns."""
+    scores = (n, heads) if score == "additive" else (n, heads, c)
+    for name, t, want in zip(
+        ("src", "dst", "x"), tensors, (scores, scores, (n, heads, c)), strict=True
+    ):
+        if tuple(t.shape) != want or t.dtype != torch.float32 or t.device.type != "cpu":
+            raise ValueError(
+                f"attention: {name} is {t.dtype} {tuple(t.shape)} on {t.device}, expected"
+                f" float32 {want} on the cpu"
+            )
+
+
+def _fused(p: Pattern) -> FusedAttention:
+    if p.fused is None:
+        p.fused = FusedAttention(p.tuned.matrix.csr)
+    return p.fused
+
+
+def _unfused(
+    p: Pattern,
+    score: str,
+    param: float,
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    x: torch.Tensor,
+    dropout: float = 0.0,
+) -> torch.Tensor:
+    """The aggregation as differentiable torch ops (the tuned SDDMM and SpMM): with
+    attention dropout in training, and for the fused version's second-order gradients."""
+    if score == "additive":
+        scores = src.index_select(0, p.cols) + dst.index_select(0, p.rows)
+        scores = F.leaky_relu(scores, param)
+    else:
+        scores = dot_scores(p, dst, src) / param
+    alpha = edge_softmax(scores, p.rows, p.n, p.lengths)
+    if dropout:
+        alpha = F.dropout(alpha, p=dropout, training=True)
+    return aggregate(p, alpha, x)
 
 
 def _one_matrix(p: Pattern, heads: int) -> bool:
@@ -332,12 +483,23 @@ def gat_attention(
 ) -> torch.Tensor:
     """GAT's aggregation after its projections: the edges' scores ``leaky_relu(a_src[j] +
     a_dst[i])``, their softmax per target, attention dropout, and the weighted SpMM of
-    ``x_src`` (sources x heads x C)."""
-    scores = a_src.index_select(0, p.cols) + a_dst.index_select(0, p.rows)
-    scores = F.leaky_relu(scores, layer.negative_slope)
-    alpha = edge_softmax(scores, p.rows, p.n, p.lengths)
-    alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
-    return aggregate(p, alpha, x_src)
+    ``x_src`` (sources x heads x C). Without dropout (PyG's default, or eval mode) all of it
+    is one fused kernel each way (``_FusedAggregate``)."""
+    return _attend(p, layer, "additive", float(layer.negative_slope), a_src, a_dst, x_src)
+
+
+def _attend(
+    p: Pattern,
+    layer: Any,
+    score: str,
+    param: float,
+    src: torch.Tensor,
+    dst: torch.Tensor,
+    x: torch.Tensor,
+) -> torch.Tensor:
+    if layer.dropout and layer.training:
+        return _unfused(p, score, param, src, dst, x, layer.dropout)
+    return _FusedAggregate.apply(src, dst, x, p, score, param)
 
 
 def _gatv2(layer: Any, x: torch.Tensor, entry: Any) -> torch.Tensor:
@@ -375,12 +537,11 @@ def dot_attention(
     p: Pattern, layer: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 ) -> torch.Tensor:
     """TransformerConv's aggregation after its projections: the scores ``q_i . k_j /
-    sqrt(C)`` (the tuned SDDMM), their softmax per target, attention dropout, and the
-    weighted SpMM of ``value`` (nodes x heads x C)."""
-    scaled = dot_scores(p, query, key) / math.sqrt(query.shape[-1])
-    alpha = edge_softmax(scaled, p.rows, p.n, p.lengths)
-    alpha = F.dropout(alpha, p=layer.dropout, training=layer.training)
-    return aggregate(p, alpha, value)
+    sqrt(C)``, their softmax per target, attention dropout, and the weighted SpMM of
+    ``value`` (nodes x heads x C). Without dropout (PyG's default, or eval mode) all of it is
+    one fused kernel each way; with dropout in training, the scores are the tuned SDDMM."""
+    scale = math.sqrt(query.shape[-1])
+    return _attend(p, layer, "dot", scale, key, query, value)
 
 
 def gat(entry_of: EntryOf, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,8 +1,9 @@
 """The kernel families of the cpu target, one module each, behind one protocol.
 
 A config's ``family`` knob names its family (none: ``csr``, WACO's SuperSchedule). Each family
-is a module here (csr.py, dia.py, bcsr.py, reordered.py, panel.py, and minmax.py: the (max, x)
-/ (min, x) SpMM of PyG's max / min aggregations, no tuning space) with three functions:
+is a module here (csr.py, dia.py, bcsr.py, reordered.py, panel.py; minmax.py: the (max, x)
+/ (min, x) SpMM of PyG's max / min aggregations, and attention.py: GATConv's fused
+aggregation, neither with a tuning space) with three functions:
 
 - ``pack(source, op, knobs, width, max_entries=None)``: A (a ``PackSource``) in the config's
   layout; ``TooLarge`` before allocating anything over the size limit;
@@ -11,8 +12,9 @@ is a module here (csr.py, dia.py, bcsr.py, reordered.py, panel.py, and minmax.py
 - ``bind(lib_path, packed, knobs, operands)``: the compiled kernel bound to packed A, the dense
   operands and an output buffer (a ``BoundKernel``, call.py).
 
-A family whose ops take other operands than SpMM's / SDDMM's (minmax) has its own
-``check_operands``; ``operand_width`` asks it.
+A family whose ops take other operands than SpMM's / SDDMM's has its own ``check_operands``
+(minmax) or, where the knobs decide their shapes, ``operand_width`` (attention);
+``operand_width`` here asks it.
 
 Only the kernel pipeline (cpu/pipeline.py) calls the three: it turns (matrix, config, width)
 into the one callable every user of a cpu kernel gets.
@@ -41,7 +43,7 @@ from cognate.targets.cpu.families.base import (
 )
 
 CSR = "csr"
-FAMILIES: tuple[str, ...] = (CSR, "dia", "bcsr", "reordered", "panel", "minmax")
+FAMILIES: tuple[str, ...] = (CSR, "dia", "bcsr", "reordered", "panel", "minmax", "attention")
 
 __all__ = [
     "CSR",
@@ -81,8 +83,12 @@ def operand_width(
     op: str, knobs: Mapping[str, Any], shape: tuple[int, int], operands: tuple[Any, ...]
 ) -> int:
     """The dense width of ``operands`` for ``op`` of ``knobs``' family (checked: one line
-    naming what is wrong); SpMM's and SDDMM's check unless the family has its own."""
-    check = getattr(module_of(family_of(knobs)), "check_operands", check_operands)
+    naming what is wrong); SpMM's and SDDMM's check unless the family has its own
+    (``operand_width`` where the knobs decide the operands' shapes, else ``check_operands``)."""
+    module = module_of(family_of(knobs))
+    if hasattr(module, "operand_width"):
+        return module.operand_width(op, knobs, shape, operands)
+    check = getattr(module, "check_operands", check_operands)
     return check(op, shape, operands)
 
 
