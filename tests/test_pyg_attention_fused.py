@@ -259,3 +259,15 @@ def test_gatv2_keeps_the_kron_product(graph: dict) -> None:
         warnings.simplefilter("error", UserWarning)
         GATv2Conv(16, 4, heads=2)(graph["x"], graph["adj_t"])
     assert 2 in cp._entry(graph["adj_t"]).attention["loops"].heads
+
+
+def test_shapes_without_a_kernel_take_the_torch_ops(graph: dict) -> None:
+    """More heads than the kernels take (64), or heads x channels over 4096: the unfused
+    path, equal to PyG's, no fused kernel built."""
+    torch.manual_seed(0)
+    layer = GATConv(16, 1, heads=65)
+    entry = cp._entry(graph["adj_t"])
+    got = layer(graph["x"], graph["adj_t"])
+    assert rel(got, layer(graph["x"], graph["edge_index"])) < 1e-5
+    fused = entry.attention["loops"].fused
+    assert fused is None or not any(k[2] == 65 for k in fused._kernels)

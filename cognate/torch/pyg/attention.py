@@ -497,8 +497,9 @@ def _attend(
     dst: torch.Tensor,
     x: torch.Tensor,
 ) -> torch.Tensor:
-    if layer.dropout and layer.training:
-        return _unfused(p, score, param, src, dst, x, layer.dropout)
+    dropout = layer.dropout if layer.training else 0.0
+    if dropout or not attention_family.fits(x.shape[1], x.shape[2]):  # no kernel: torch ops
+        return _unfused(p, score, param, src, dst, x, dropout)
     return _FusedAggregate.apply(src, dst, x, p, score, param)
 
 

@@ -115,6 +115,12 @@ def kernel_of(op: str, knobs: Mapping[str, Any], width: int) -> AttentionKernel:
     return AttentionKernel(op, SCORES[score], heads, width, host_isa().vector_bits // 8)
 
 
+def fits(heads: int, channels: int) -> bool:
+    """Whether a kernel exists for ``heads`` heads of ``channels`` channels (else callers
+    take another path)."""
+    return 1 <= heads <= MAX_HEADS and 1 <= channels and heads * channels <= MAX_SPECIALISED_WIDTH
+
+
 @dataclass
 class AttentionPacked:
     """A's CSR arrays as the kernels read them (``transpose``: A^T's, with ``entry``: each of
