@@ -38,6 +38,18 @@ def suitesparse_files(shared: Path) -> list[Path]:
 
 
 @pytest.fixture(scope="session")
+def west0479_empty_row(shared: Path):
+    """west0479 (a real unsymmetric pattern) with row 5 emptied: the kernels' empty-row path."""
+    from cognate.formats.read import load_matrix
+
+    a = load_matrix(shared / "matrices" / "suitesparse" / "west0479.mtx.gz").csr.tolil()
+    a[5, :] = 0
+    a = a.tocsr()
+    a.eliminate_zeros()
+    return a
+
+
+@pytest.fixture(scope="session")
 def waco_files(shared: Path) -> list[Path]:
     return sorted((shared / "matrices" / "waco").glob("*.csr"))
 

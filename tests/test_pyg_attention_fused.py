@@ -30,13 +30,8 @@ SLOPE = 0.2
 
 
 @pytest.fixture(scope="module")
-def csr(shared: Path) -> sp.csr_matrix:
-    a = load_matrix(shared / "matrices" / "suitesparse" / "west0479.mtx.gz").csr.tolil()
-    a[5, :] = 0  # an empty row
-    a = a.tocsr()
-    a.eliminate_zeros()
-    a.data[:] = 1.0
-    return a
+def csr(west0479_empty_row: sp.csr_matrix) -> sp.csr_matrix:
+    return west0479_empty_row
 
 
 def reference(

@@ -4,14 +4,11 @@ whitelisted integers, and the PyG front end calls them through it, once bound pe
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
 from cognate.errors import CognateError
-from cognate.formats.read import load_matrix
 from cognate.targets.cpu import families, pipeline
 from cognate.targets.cpu.families import minmax
 
@@ -19,12 +16,8 @@ torch = pytest.importorskip("torch")
 
 
 @pytest.fixture(scope="module")
-def csr(shared: Path) -> sp.csr_matrix:
-    a = load_matrix(shared / "matrices" / "suitesparse" / "west0479.mtx.gz").csr.tolil()
-    a[5, :] = 0  # an empty row
-    a = a.tocsr()
-    a.eliminate_zeros()
-    return a
+def csr(west0479_empty_row: sp.csr_matrix) -> sp.csr_matrix:
+    return west0479_empty_row
 
 
 def reference(csr: sp.csr_matrix, x: np.ndarray, reduce: str) -> tuple[np.ndarray, np.ndarray]:

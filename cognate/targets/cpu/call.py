@@ -132,6 +132,18 @@ class BoundKernel:
     _args: list[Any]
     _pointers: int
 
+    def _bind(
+        self, lib_path: str, function: str, pointers: list[np.ndarray], integers: list[int]
+    ) -> None:
+        """Bind entry point ``function`` of the library at ``lib_path`` to ``pointers`` (the
+        arrays' addresses, as ``void *``) then ``integers`` (as int64): every cpu kernel's
+        signature."""
+        fn = getattr(load_library(lib_path), function)
+        fn.restype = None
+        fn.argtypes = [ctypes.c_void_p] * len(pointers) + [ctypes.c_int64] * len(integers)
+        self._fn, self._args = fn, [a.ctypes.data for a in pointers] + integers
+        self._pointers = len(pointers)
+
     def argv_call(self) -> ArgvCall:
         """This kernel called through one argument vector (``ArgvCall``), as the user path and
         tune --verify call it; the result keeps this bound kernel (its arrays) alive."""

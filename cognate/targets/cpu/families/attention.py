@@ -22,7 +22,6 @@ the pipeline packs, builds and binds it like any other.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Mapping
 from dataclasses import dataclass
 from string import Template
@@ -31,14 +30,13 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from cognate.build import load_library
 from cognate.errors import CognateError
 from cognate.paths import kernels_dir
 from cognate.targets.cpu.call import BoundKernel
 from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH
 from cognate.targets.cpu.families.base import PackSource
 from cognate.targets.cpu.isa import host_isa
-from cognate.targets.cpu.knobs import runtime_knob
+from cognate.targets.cpu.knobs import named_knob, ranged_knob, runtime_knob
 from cognate.targets.cpu.operands import zero_pages
 
 FAMILY = "attention"
@@ -97,12 +95,8 @@ def kernel_of(op: str, knobs: Mapping[str, Any], width: int) -> AttentionKernel:
     """The checked compile-time part of a config (its chunk checked too)."""
     if op not in OPS:
         raise CognateError(f"cpu attention: op must be one of {', '.join(OPS)}, got {op!r}")
-    score = knobs.get("score")
-    if not isinstance(score, str) or score not in SCORES:
-        raise CognateError(f"cpu attention: score must be one of {', '.join(SCORES)}")
-    heads = knobs.get("heads")
-    if not isinstance(heads, int) or isinstance(heads, bool) or not 1 <= heads <= MAX_HEADS:
-        raise CognateError(f"cpu attention: heads must be an integer in 1..{MAX_HEADS}")
+    score = named_knob(knobs, "score", SCORES, "cpu attention")
+    heads = ranged_knob(knobs, "heads", MAX_HEADS, "cpu attention")
     if not isinstance(width, int) or isinstance(width, bool) or width < 1:
         raise CognateError(
             f"cpu attention: channels per head must be a positive integer, got {width!r}"
@@ -112,7 +106,7 @@ def kernel_of(op: str, knobs: Mapping[str, Any], width: int) -> AttentionKernel:
             f"cpu attention: heads x channels = {heads * width}, over {MAX_SPECIALISED_WIDTH}"
         )
     runtime_knob(knobs, "chunk")
-    return AttentionKernel(op, SCORES[score], heads, width, host_isa().vector_bits // 8)
+    return AttentionKernel(op, score, heads, width, host_isa().vector_bits // 8)
 
 
 def fits(heads: int, channels: int) -> bool:
@@ -217,9 +211,7 @@ def operand_width(
         raise CognateError(f"cpu attention {op}: operands must be C-contiguous 2-D float32 arrays")
     names = [name for name, _, _ in OPERANDS[op]]
     wide = arrays[names.index("x" if "x" in names else "dout")].shape[1]
-    heads = knobs.get("heads")
-    if not isinstance(heads, int) or isinstance(heads, bool) or not 1 <= heads <= MAX_HEADS:
-        raise CognateError(f"cpu attention: heads must be an integer in 1..{MAX_HEADS}")
+    heads = ranged_knob(knobs, "heads", MAX_HEADS, "cpu attention")
     if wide % heads:
         raise CognateError(
             f"cpu attention {op}: feature width {wide} is not a multiple of {heads} heads"
@@ -277,11 +269,7 @@ class AttentionCall(BoundKernel):
             arrays.append(packed.entry)
         pointers = [*arrays, *self.operands, *self.outputs]
         integers = [rows, packed.shape[1], runtime_knob(knobs, "chunk")]
-        fn = getattr(load_library(lib_path), kernel.function)
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p] * len(pointers) + [ctypes.c_int64] * len(integers)
-        self._fn, self._args = fn, [a.ctypes.data for a in pointers] + integers
-        self._pointers = len(pointers)
+        self._bind(lib_path, kernel.function, pointers, integers)
 
     def result(self) -> np.ndarray:
         """The first output (out, dpre or dx); ``self.outputs`` holds both."""

@@ -22,7 +22,6 @@ tuning family (no space lists it): the pipeline packs, builds and binds it like 
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Mapping
 from dataclasses import dataclass
 from string import Template
@@ -30,14 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from cognate.build import load_library
 from cognate.errors import CognateError
 from cognate.paths import kernels_dir
 from cognate.targets.cpu.call import BoundKernel
 from cognate.targets.cpu.codegen import MAX_SPECIALISED_WIDTH
 from cognate.targets.cpu.families.base import PackSource
 from cognate.targets.cpu.isa import host_isa
-from cognate.targets.cpu.knobs import runtime_knob
+from cognate.targets.cpu.knobs import named_knob, runtime_knob
 from cognate.targets.cpu.operands import zero_pages
 
 FAMILY = "minmax"
@@ -72,9 +70,7 @@ def kernel_of(op: str, knobs: Mapping[str, Any], width: int) -> MinMaxKernel:
     """The checked compile-time part of a config (its chunk checked too)."""
     if op not in OPS:
         raise CognateError(f"cpu minmax: op must be one of {', '.join(OPS)}, got {op!r}")
-    reduce = knobs.get("reduce")
-    if not isinstance(reduce, str) or reduce not in REDUCES:
-        raise CognateError(f"cpu minmax: reduce must be one of {', '.join(REDUCES)}")
+    is_min = named_knob(knobs, "reduce", REDUCES, "cpu minmax")
     if not isinstance(width, int) or isinstance(width, bool):
         raise CognateError(f"cpu minmax: the dense width must be an integer, got {width!r}")
     if not 1 <= width <= MAX_SPECIALISED_WIDTH:
@@ -89,7 +85,7 @@ def kernel_of(op: str, knobs: Mapping[str, Any], width: int) -> MinMaxKernel:
     vbytes = host_isa().vector_bits // 8
     if op == "route":  # the backward depends on none of them: one library serves every config
         return MinMaxKernel(op, 0, width, DEFAULT_TILE, vbytes)
-    return MinMaxKernel(op, REDUCES[reduce], width, int(tile), vbytes, int(args))
+    return MinMaxKernel(op, is_min, width, int(tile), vbytes, int(args))
 
 
 @dataclass
@@ -215,11 +211,7 @@ class MinMaxCall(BoundKernel):
             outputs = [self.out]
         pointers = [packed.indptr, packed.indices, packed.values, *self.operands, *outputs]
         integers = [rows, cols, runtime_knob(knobs, "chunk")]
-        fn = getattr(load_library(lib_path), kernel.function)
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p] * len(pointers) + [ctypes.c_int64] * len(integers)
-        self._fn, self._args = fn, [a.ctypes.data for a in pointers] + integers
-        self._pointers = len(pointers)
+        self._bind(lib_path, kernel.function, pointers, integers)
 
     def result(self) -> np.ndarray:
         """``spmm``: C (its args in ``self.arg``); ``route``: dX."""

@@ -12,7 +12,6 @@ the space validated them (defence in depth): no config string reaches C source.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from string import Template
@@ -20,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from cognate.build import load_library
 from cognate.errors import CognateError
 from cognate.paths import kernels_dir
 from cognate.targets.cpu.call import BoundKernel, check_operands
@@ -154,11 +152,7 @@ class FamilyCall(BoundKernel):
             self.out = np.zeros(packed.out_slots, dtype=np.float32)
         pointers = [*packed.arrays, *self.operands, self.out]
         integers = [*packed.integers, runtime_knob(knobs, "chunk")]
-        fn = getattr(load_library(lib_path), packed.kernel.function)
-        fn.restype = None
-        fn.argtypes = [ctypes.c_void_p] * len(pointers) + [ctypes.c_int64] * len(integers)
-        self._fn, self._args = fn, [a.ctypes.data for a in pointers] + integers
-        self._pointers = len(pointers)
+        self._bind(lib_path, packed.kernel.function, pointers, integers)
 
 
 def index_maps(view: StructuredView) -> tuple[np.ndarray, np.ndarray]:
