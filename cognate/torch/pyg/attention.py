@@ -219,10 +219,7 @@ class FusedAttention:
 
     def run(self, op: str, score: str, shape: tuple[int, int], tensors: tuple[Any, ...]) -> None:
         """``op`` on ``tensors`` (its operands then its outputs, families/attention.py) for
-        ``shape`` = (heads, channels)."""
-        for t in tensors:  # C reads and writes them: live storage only
-            if t.numel():
-                check_live_tensor(t, f"attention {op}")
+        ``shape`` = (heads, channels): the caller's as ``_flat`` made them, the rest fresh."""
         kernel = self._kernel(op, score, *shape)
         with kernel.lock:  # the argument vector is shared by every call of this kernel
             kernel.point_at([t.data_ptr() for t in tensors])
@@ -285,7 +282,9 @@ class _FusedAggregate(torch.autograd.Function):
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:
-    """``t`` as the kernels read it: detached, contiguous, nodes x everything else."""
+    """``t`` as the kernels read it: detached, contiguous, nodes x everything else; a freed
+    or shrunk storage is one line first (torch's own copy of one crashes too)."""
+    check_live_tensor(t, "attention: an input")
     t = t.detach().contiguous()
     return t.view(t.shape[0], -1)
 

@@ -12,9 +12,8 @@ aggregation, neither with a tuning space) with three functions:
 - ``bind(lib_path, packed, knobs, operands)``: the compiled kernel bound to packed A, the dense
   operands and an output buffer (a ``BoundKernel``, call.py).
 
-A family whose ops take other operands than SpMM's / SDDMM's has its own ``check_operands``
-(minmax) or, where the knobs decide their shapes, ``operand_width`` (attention);
-``operand_width`` here asks it.
+A family whose ops take other operands than SpMM's / SDDMM's (minmax, attention) has its
+own ``operand_width(op, knobs, shape, operands)``; ``operand_width`` here asks it.
 
 Only the kernel pipeline (cpu/pipeline.py) calls the three: it turns (matrix, config, width)
 into the one callable every user of a cpu kernel gets.
@@ -83,13 +82,9 @@ def operand_width(
     op: str, knobs: Mapping[str, Any], shape: tuple[int, int], operands: tuple[Any, ...]
 ) -> int:
     """The dense width of ``operands`` for ``op`` of ``knobs``' family (checked: one line
-    naming what is wrong); SpMM's and SDDMM's check unless the family has its own
-    (``operand_width`` where the knobs decide the operands' shapes, else ``check_operands``)."""
-    module = module_of(family_of(knobs))
-    if hasattr(module, "operand_width"):
-        return module.operand_width(op, knobs, shape, operands)
-    check = getattr(module, "check_operands", check_operands)
-    return check(op, shape, operands)
+    naming what is wrong); SpMM's and SDDMM's check unless the family has its own."""
+    own = getattr(module_of(family_of(knobs)), "operand_width", None)
+    return check_operands(op, shape, operands) if own is None else own(op, knobs, shape, operands)
 
 
 def pack(

@@ -155,9 +155,11 @@ def _dense(array: Any, shape: tuple[int, int], dtype: type, what: str) -> np.nda
     return array
 
 
-def check_operands(op: str, shape: tuple[int, int], operands: tuple[Any, ...]) -> int:
+def operand_width(
+    op: str, knobs: Mapping[str, Any], shape: tuple[int, int], operands: tuple[Any, ...]
+) -> int:
     """The dense width of a minmax op's operands (``spmm``: X; ``route``: G, arg), else one
-    line naming what is wrong."""
+    line naming what is wrong (the knobs do not change their shapes)."""
     rows, cols = shape
     expected = 1 if op == "spmm" else 2
     if op not in OPS or len(operands) != expected:
@@ -194,7 +196,7 @@ class MinMaxCall(BoundKernel):
     ) -> None:
         kernel = packed.kernel
         self.op, self.packed = kernel.op, packed
-        width = check_operands(kernel.op, packed.shape, operands)
+        width = operand_width(kernel.op, knobs, packed.shape, operands)
         if width != kernel.width:  # a wrong width would overrun rows
             raise CognateError(
                 f"cpu minmax: kernel built for dense width {kernel.width}, operands have"
